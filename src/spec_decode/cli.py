@@ -1,0 +1,202 @@
+"""The ``spec-decode`` command line: a thin layer over the library."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from spec_decode.experiments import DEFAULT_AGREEMENTS, ToySetup, run_experiment, sweep
+from spec_decode.proof import TV_TOLERANCE, certify_closed_form
+from spec_decode.sampling import SamplingParams
+from spec_decode.theory import optimal_k
+
+app = typer.Typer(
+    help="Exact speculative decoding, certified by running code.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+
+Seed = Annotated[int, typer.Option(help="Seed of every random choice; same seed, same output.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+K = Annotated[int, typer.Option("--k", min=1, help="Tokens drafted per step (k >= 1).")]
+Tokens = Annotated[int, typer.Option(min=1, help="Tokens to generate.")]
+Vocab = Annotated[int, typer.Option(min=2, help="Vocabulary size of the toy models.")]
+DraftCost = Annotated[
+    float, typer.Option(min=0.0, help="Cost of one draft call, in target passes (cost model).")
+]
+
+
+def _print_json(payload: dict) -> None:
+    """JSON with NaN and infinities written as null, so any parser accepts it."""
+
+    def clean(value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        return value
+
+    typer.echo(json.dumps(clean(payload), indent=2))
+
+
+@contextmanager
+def _progress(description: str, total: int, enabled: bool) -> Iterator[Callable[[], None]]:
+    """A Rich progress bar (silent when ``enabled`` is False); yields the advance callback."""
+    with Progress(console=console, transient=True, disable=not enabled) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda: progress.advance(task)
+
+
+@app.command()
+def verify(
+    pairs: Annotated[int, typer.Option(min=1, help="Random (p, q) pairs to check.")] = 10_000,
+    seed: Seed = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Certify exactness: the closed-form emitted distribution equals the target's."""
+    with _progress("closed form over random (p, q) pairs", pairs, not as_json) as advance:
+        certificate = certify_closed_form(pairs, seed, on_progress=advance)
+    if as_json:
+        _print_json(
+            {"max_tv": certificate.max_tv, "pairs": certificate.pairs, "pass": certificate.passed}
+        )
+    else:
+        console.print(
+            f"closed form: max total-variation distance (induced vs target) over "
+            f"{certificate.pairs:,} random (p, q) pairs: {certificate.max_tv:.3g} "
+            f"(worst family: {certificate.worst_family}; tolerance {TV_TOLERANCE:g})"
+        )
+        if certificate.passed:
+            console.print("[green]PASS[/] — the emitted distribution equals the target's, exactly.")
+        else:
+            console.print("[red]FAIL[/] — the emitted distribution differs from the target's.")
+    if not certificate.passed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    agreement: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Draft agreement a: q = a p + (1 - a) r.")
+    ] = 0.8,
+    k: K = 4,
+    tokens: Tokens = 5000,
+    draft_cost: DraftCost = 0.1,
+    vocab: Vocab = 32,
+    order: Annotated[int, typer.Option(min=1, help="Markov order of the toy models.")] = 1,
+    temperature: Annotated[float, typer.Option(min=0.0, help="0 means greedy.")] = 1.0,
+    top_k: Annotated[int | None, typer.Option(min=1)] = None,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
+    min_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
+    seed: Seed = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Generate from a toy Markov pair; measured figures next to the exact expectation."""
+    try:
+        sampling = SamplingParams(temperature, top_k, top_p, min_p)
+        result = run_experiment(
+            ToySetup(vocab_size=vocab, order=order, seed=seed),
+            agreement,
+            k,
+            tokens,
+            draft_cost,
+            seed,
+            sampling,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    console.print(
+        f"generated {result.tokens} tokens  (draft agreement {agreement:g}, k={k}, "
+        f"vocabulary {vocab}, order {order}, seed {seed})"
+    )
+    table = Table("figure", "measured", "expected (exact Markov)")
+    table.add_row("target passes", f"{result.target_passes}", f"(target-only: {result.tokens})")
+    table.add_row("draft calls", f"{result.draft_calls}", "")
+    table.add_row(
+        "acceptance rate (accepted / drafted)",
+        f"{result.acceptance_rate:.3f}",
+        f"{result.expected_acceptance_rate:.3f}",
+    )
+    table.add_row(
+        "tokens / target pass",
+        f"{result.tokens_per_pass:.3f}",
+        f"{result.expected_tokens_per_pass:.3f}",
+    )
+    table.add_row(
+        f"speedup (draft cost {draft_cost:g}x)",
+        f"{result.speedup:.2f}x",
+        f"{result.expected_speedup:.2f}x",
+    )
+    console.print(table)
+    console.print(
+        f"alpha (stationary acceptance probability) = {result.alpha:.3f}; the i.i.d. formula "
+        f"(1 - a^(k+1)) / (1 - a) at that alpha gives {result.iid_tokens_per_pass:.3f} tokens "
+        f"per pass; optimal k at this alpha and cost: {optimal_k(result.alpha, draft_cost)}"
+    )
+    console.print(f"accepted drafts per step (0..k): {result.acceptance_histogram}")
+
+
+@app.command(name="sweep")
+def sweep_command(
+    k: Annotated[int, typer.Option("--k", min=1, help="Sweep k = 1..K.")] = 8,
+    tokens: Tokens = 2000,
+    draft_cost: DraftCost = 0.1,
+    vocab: Vocab = 32,
+    seed: Seed = 0,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot to this file.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Tokens per pass and speedup across draft agreements and k = 1..K, measured and expected."""
+    setup = ToySetup(vocab_size=vocab, seed=seed)
+    with _progress("sweeping", len(DEFAULT_AGREEMENTS) * k, not as_json) as advance:
+        results = sweep(setup, k, tokens, draft_cost, seed, on_progress=advance)
+    if plot is not None:
+        from spec_decode.plots import plot_sweep
+
+        try:
+            plot_sweep(results, plot)
+        except RuntimeError as error:
+            raise typer.BadParameter(str(error), param_hint="--plot") from error
+    if as_json:
+        _print_json(
+            {"tokens": tokens, "draft_cost": draft_cost, "rows": [r.to_dict() for r in results]}
+        )
+        return
+    table = Table(
+        "agreement",
+        "alpha",
+        "k",
+        "tokens/pass",
+        "expected",
+        "speedup",
+        "expected",
+        title=f"{tokens} tokens per run, vocabulary {vocab}, draft cost {draft_cost:g}x",
+    )
+    for r in results:
+        table.add_row(
+            f"{r.agreement:g}",
+            f"{r.alpha:.3f}",
+            str(r.k),
+            f"{r.tokens_per_pass:.3f}",
+            f"{r.expected_tokens_per_pass:.3f}",
+            f"{r.speedup:.2f}x",
+            f"{r.expected_speedup:.2f}x",
+        )
+    console.print(table)
+    if plot is not None:
+        console.print(f"plot written to {plot}")

@@ -1,0 +1,129 @@
+"""Toy-model experiments behind ``spec-decode run`` and ``sweep`` and the bench scripts.
+
+Each experiment generates text with a random Markov target and a draft of given agreement, and
+puts the measured figures next to the exact expectation of
+:func:`spec_decode.theory.markov_expectation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from spec_decode.models import MarkovModel, draft_from_target, random_markov
+from spec_decode.sampling import SamplingParams
+from spec_decode.speculative import generate_speculative
+from spec_decode.theory import expected_tokens_per_pass, markov_expectation
+
+
+@dataclass(frozen=True)
+class ToySetup:
+    """The toy target/draft pair: a random Markov target and a draft mixed from it."""
+
+    vocab_size: int = 32
+    order: int = 1
+    concentration: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {self.vocab_size}")
+
+    def models(self, agreement: float) -> tuple[MarkovModel, MarkovModel]:
+        """The target and a draft of the given ``agreement`` (see ``draft_from_target``)."""
+        target = random_markov(self.vocab_size, self.seed, self.order, self.concentration)
+        return target, draft_from_target(target, agreement, self.seed + 1, self.concentration)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Measured figures of one run beside the exact Markov expectation and the i.i.d. formula."""
+
+    tokens: int
+    k: int
+    agreement: float
+    alpha: float
+    target_passes: int
+    draft_calls: int
+    acceptance_rate: float
+    expected_acceptance_rate: float
+    tokens_per_pass: float
+    expected_tokens_per_pass: float
+    iid_tokens_per_pass: float
+    draft_cost: float
+    speedup: float
+    expected_speedup: float
+    acceptance_histogram: list[int]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_experiment(
+    setup: ToySetup,
+    agreement: float,
+    k: int,
+    n_tokens: int,
+    draft_cost: float,
+    seed: int,
+    sampling: SamplingParams | None = None,
+) -> RunResult:
+    """Generate ``n_tokens`` speculatively and compare with the exact expectation."""
+    if n_tokens < 1:
+        raise ValueError(f"tokens must be >= 1, got {n_tokens}")
+    if draft_cost < 0:
+        raise ValueError(f"draft cost must be >= 0, got {draft_cost}")
+    target, draft = setup.models(agreement)
+    trace = generate_speculative(
+        target,
+        draft,
+        [0] * target.order,
+        n_tokens,
+        k,
+        np.random.default_rng(seed),
+        sampling=sampling,
+    )
+    expectation = markov_expectation(target, draft, k, sampling)
+    return RunResult(
+        tokens=len(trace.tokens),
+        k=k,
+        agreement=agreement,
+        alpha=expectation.alpha,
+        target_passes=trace.target_passes,
+        draft_calls=trace.draft_calls,
+        acceptance_rate=trace.acceptance_rate,
+        expected_acceptance_rate=expectation.acceptance_rate,
+        tokens_per_pass=trace.tokens_per_pass,
+        expected_tokens_per_pass=expectation.tokens_per_pass,
+        iid_tokens_per_pass=expected_tokens_per_pass(expectation.alpha, k),
+        draft_cost=draft_cost,
+        speedup=trace.speedup(draft_cost),
+        expected_speedup=expectation.speedup(draft_cost),
+        acceptance_histogram=trace.acceptance_histogram.tolist(),
+    )
+
+
+DEFAULT_AGREEMENTS = (0.0, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+
+
+def sweep(
+    setup: ToySetup,
+    k_max: int,
+    n_tokens: int,
+    draft_cost: float,
+    seed: int,
+    agreements: Sequence[float] = DEFAULT_AGREEMENTS,
+    on_progress: Callable[[], None] | None = None,
+) -> list[RunResult]:
+    """:func:`run_experiment` for every agreement and every k in 1..k_max."""
+    if k_max < 1:
+        raise ValueError(f"k must be >= 1, got {k_max}")
+    results = []
+    for agreement in agreements:
+        for k in range(1, k_max + 1):
+            results.append(run_experiment(setup, agreement, k, n_tokens, draft_cost, seed))
+            if on_progress is not None:
+                on_progress()
+    return results

@@ -1,0 +1,235 @@
+"""Speculative and target-only generation, with exact accounting of target passes.
+
+One speculative step: the drafter proposes up to k tokens, the target scores the committed prefix
+plus all of them in ONE pass (:func:`spec_decode.models.score`), and the rule decides what to emit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spec_decode.distributions import check_distributions
+from spec_decode.drafters import Drafter, ModelDrafter
+from spec_decode.models import Model, score
+from spec_decode.randomness import RandomSource, as_source
+from spec_decode.rules import Rule, exact_rule
+from spec_decode.sampling import SamplingParams
+
+#: Called with each step's emitted tokens as soon as they are decided (for streaming text).
+TokenCallback = Callable[[list[int]], None]
+
+
+@dataclass
+class Trace:
+    """What a generation run emitted and what it cost.
+
+    ``accepted_lengths`` holds, per step, how many drafted tokens were accepted; ``proposed`` and
+    ``accepted`` count drafted tokens only (bonus and residual tokens are excluded).
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    target_passes: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def draft_calls(self) -> int:
+        """Draft forward calls: one per drafted token."""
+        return self.proposed
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / proposed drafted tokens; NaN when nothing was drafted."""
+        return self.accepted / self.proposed if self.proposed else float("nan")
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Emitted tokens per target forward pass (1.0 for target-only decoding)."""
+        return len(self.tokens) / self.target_passes if self.target_passes else float("nan")
+
+    #: Each step makes exactly one target pass, so tokens per step and per pass coincide.
+    tokens_per_step = tokens_per_pass
+
+    @property
+    def acceptance_histogram(self) -> np.ndarray:
+        """``histogram[j]`` = number of steps that accepted exactly j drafted tokens."""
+        return np.bincount(np.asarray(self.accepted_lengths, dtype=int))
+
+    def speedup(self, draft_cost: float) -> float:
+        """Speedup over target-only decoding when a draft call costs ``draft_cost`` target passes.
+
+        Cost model: tokens / (target_passes + draft_cost * draft_calls); target-only decoding
+        pays one pass per token.
+        """
+        return len(self.tokens) / (self.target_passes + draft_cost * self.draft_calls)
+
+
+def _check_prefix(prefix: Sequence[int], vocab_size: int) -> list[int]:
+    tokens = [int(t) for t in prefix]
+    if not tokens:
+        raise ValueError("the prefix (prompt) is empty: give at least one token")
+    if min(tokens) < 0 or max(tokens) >= vocab_size:
+        raise ValueError(f"prefix tokens must lie in [0, {vocab_size}), got {tokens}")
+    return tokens
+
+
+def _check_proposal(
+    tokens: Sequence[int], q: np.ndarray, k: int, vocab_size: int
+) -> tuple[list[int], np.ndarray]:
+    tokens = [int(t) for t in tokens]
+    if len(tokens) > k:
+        raise ValueError(f"drafter proposed {len(tokens)} tokens, more than k = {k}")
+    if any(not 0 <= t < vocab_size for t in tokens):
+        raise ValueError(f"drafter proposed tokens outside the vocabulary: {tokens}")
+    q = check_distributions(np.reshape(q, (len(tokens), vocab_size)), vocab_size, "draft q")
+    claimed = q[np.arange(len(tokens)), tokens]
+    if np.any(claimed <= 0):
+        raise ValueError("drafter proposed a token its own q gives probability 0")
+    return tokens, q
+
+
+def _check_emitted(emitted: object, n_drafted: int, vocab_size: int) -> list[int]:
+    if not isinstance(emitted, Sequence) or isinstance(emitted, str):
+        raise ValueError(f"rule must return a list of token ids, got {type(emitted).__name__}")
+    if not 1 <= len(emitted) <= n_drafted + 1:
+        raise ValueError(
+            f"rule emitted {len(emitted)} tokens; a step must emit between 1 and "
+            f"k + 1 = {n_drafted + 1}"
+        )
+    if any(not isinstance(t, int | np.integer) or not 0 <= t < vocab_size for t in emitted):
+        raise ValueError(f"rule emitted tokens outside the vocabulary [0, {vocab_size}): {emitted}")
+    return [int(t) for t in emitted]
+
+
+def _leading_matches(drafted: list[int], emitted: list[int]) -> int:
+    """How many drafted tokens the step kept: the length of the common prefix."""
+    for i, (d, e) in enumerate(zip(drafted, emitted, strict=False)):
+        if d != e:
+            return i
+    return min(len(drafted), len(emitted))
+
+
+def speculative_step(
+    target: Model,
+    drafter: Drafter,
+    prefix: list[int],
+    k: int,
+    rule: Rule,
+    source: RandomSource,
+    sampling: SamplingParams,
+) -> tuple[list[int], list[int]]:
+    """One draft-verify step after ``prefix``: returns (drafted tokens, emitted tokens)."""
+    vocab_size = target.vocab_size
+    drafted, q = _check_proposal(*drafter.propose(prefix, k, source), k, vocab_size)
+    raw_p = check_distributions(score(target, prefix, drafted), vocab_size, "target distribution")
+    if raw_p.shape != (len(drafted) + 1, vocab_size):
+        raise ValueError(
+            f"target score has shape {raw_p.shape}, expected {(len(drafted) + 1, vocab_size)}"
+        )
+    emitted = rule(sampling.warp(raw_p), q, drafted, source)
+    return drafted, _check_emitted(emitted, len(drafted), vocab_size)
+
+
+def generate_speculative(
+    target: Model,
+    draft: Model | None,
+    prefix: Sequence[int],
+    n_tokens: int,
+    k: int,
+    rng: np.random.Generator | RandomSource,
+    *,
+    sampling: SamplingParams | None = None,
+    rule: Rule = exact_rule,
+    drafter: Drafter | None = None,
+    on_tokens: TokenCallback | None = None,
+) -> Trace:
+    """Emit exactly ``n_tokens`` tokens after ``prefix`` by speculative decoding.
+
+    Parameters
+    ----------
+    target, draft
+        The target model and the draft model; ``draft`` may be ``None`` when ``drafter`` is given.
+    prefix
+        The prompt: at least one token id.
+    n_tokens
+        How many tokens to emit; the last step drafts at most what is still needed.
+    k
+        The most tokens drafted per step (k >= 1).
+    rng
+        A numpy ``Generator`` or a :class:`~spec_decode.randomness.RandomSource`.
+    sampling
+        Controls applied to both models' distributions; the output is distributed as sampling from
+        the target under these controls (token-identical to greedy decoding at temperature 0).
+    rule
+        The verification rule; :func:`~spec_decode.rules.exact_rule` by default.
+    drafter
+        Proposes the drafts; by default a :class:`~spec_decode.drafters.ModelDrafter` on ``draft``.
+    on_tokens
+        Called with each step's emitted tokens, in order.
+    """
+    sampling = sampling or SamplingParams()
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if n_tokens < 0:
+        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    if drafter is None:
+        if draft is None:
+            raise ValueError("give a draft model or a drafter")
+        drafter = ModelDrafter(draft, sampling)
+    if drafter.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"draft vocabulary ({drafter.vocab_size}) differs from the target's "
+            f"({target.vocab_size})"
+        )
+    context = _check_prefix(prefix, target.vocab_size)
+    source = as_source(rng)
+    trace = Trace()
+    while len(trace.tokens) < n_tokens:
+        remaining = n_tokens - len(trace.tokens)
+        step_k = min(k, remaining - 1)  # a step emits at most step_k + 1 tokens: never overshoot
+        drafted, emitted = speculative_step(
+            target, drafter, context, step_k, rule, source, sampling
+        )
+        n_accepted = _leading_matches(drafted, emitted)
+        trace.target_passes += 1
+        trace.proposed += len(drafted)
+        trace.accepted += n_accepted
+        trace.accepted_lengths.append(n_accepted)
+        trace.tokens.extend(emitted)
+        context.extend(emitted)
+        if on_tokens is not None:
+            on_tokens(emitted)
+    return trace
+
+
+def generate_autoregressive(
+    target: Model,
+    prefix: Sequence[int],
+    n_tokens: int,
+    rng: np.random.Generator | RandomSource,
+    *,
+    sampling: SamplingParams | None = None,
+    on_tokens: TokenCallback | None = None,
+) -> Trace:
+    """Target-only decoding: one target pass per emitted token (the reference distribution)."""
+    sampling = sampling or SamplingParams()
+    if n_tokens < 0:
+        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    context = _check_prefix(prefix, target.vocab_size)
+    source = as_source(rng)
+    trace = Trace()
+    for _ in range(n_tokens):
+        raw_p = check_distributions(
+            target.next_dist(context), target.vocab_size, "target distribution"
+        )
+        token = source.categorical(sampling.warp(raw_p))
+        trace.target_passes += 1
+        trace.tokens.append(token)
+        context.append(token)
+        if on_tokens is not None:
+            on_tokens([token])
+    return trace
