@@ -6,6 +6,7 @@ plus all of them in ONE pass (:func:`spec_decode.models.score`), and the rule de
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ import numpy as np
 from spec_decode.distributions import check_distributions
 from spec_decode.drafters import Drafter, ModelDrafter
 from spec_decode.models import Model, score
+from spec_decode.policies import FixedK, KPolicy
 from spec_decode.randomness import RandomSource, as_source
 from spec_decode.rules import Rule, exact_rule
 from spec_decode.sampling import SamplingParams
@@ -26,15 +28,32 @@ TokenCallback = Callable[[list[int]], None]
 class Trace:
     """What a generation run emitted and what it cost.
 
-    ``accepted_lengths`` holds, per step, how many drafted tokens were accepted; ``proposed`` and
-    ``accepted`` count drafted tokens only (bonus and residual tokens are excluded).
+    Each step makes one target pass; ``drafted_lengths`` and ``accepted_lengths`` hold, per step,
+    how many tokens were drafted and how many of those were kept (bonus and residual tokens are
+    not counted). ``draft_seconds`` and ``target_seconds`` are measured wall-clock time spent in
+    the drafter and in target scoring.
     """
 
     tokens: list[int] = field(default_factory=list)
-    target_passes: int = 0
-    proposed: int = 0
-    accepted: int = 0
+    drafted_lengths: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+
+    @property
+    def target_passes(self) -> int:
+        """Target forward passes: one per step."""
+        return len(self.drafted_lengths)
+
+    @property
+    def proposed(self) -> int:
+        """Drafted tokens, over all steps."""
+        return sum(self.drafted_lengths)
+
+    @property
+    def accepted(self) -> int:
+        """Drafted tokens that were kept, over all steps."""
+        return sum(self.accepted_lengths)
 
     @property
     def draft_calls(self) -> int:
@@ -58,6 +77,14 @@ class Trace:
     def acceptance_histogram(self) -> np.ndarray:
         """``histogram[j]`` = number of steps that accepted exactly j drafted tokens."""
         return np.bincount(np.asarray(self.accepted_lengths, dtype=int))
+
+    def record(self, step: StepResult) -> None:
+        """Add one step's outcome."""
+        self.drafted_lengths.append(len(step.drafted))
+        self.accepted_lengths.append(_leading_matches(step.drafted, step.emitted))
+        self.tokens.extend(step.emitted)
+        self.draft_seconds += step.draft_seconds
+        self.target_seconds += step.target_seconds
 
     def speedup(self, draft_cost: float) -> float:
         """Speedup over target-only decoding when a draft call costs ``draft_cost`` target passes.
@@ -113,6 +140,16 @@ def _leading_matches(drafted: list[int], emitted: list[int]) -> int:
     return min(len(drafted), len(emitted))
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """One draft-verify step: what was drafted, what was emitted, and the time each part took."""
+
+    drafted: list[int]
+    emitted: list[int]
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+
+
 def speculative_step(
     target: Model,
     drafter: Drafter,
@@ -121,17 +158,22 @@ def speculative_step(
     rule: Rule,
     source: RandomSource,
     sampling: SamplingParams,
-) -> tuple[list[int], list[int]]:
-    """One draft-verify step after ``prefix``: returns (drafted tokens, emitted tokens)."""
+) -> StepResult:
+    """One draft-verify step after ``prefix``."""
     vocab_size = target.vocab_size
+    start = time.perf_counter()
     drafted, q = _check_proposal(*drafter.propose(prefix, k, source), k, vocab_size)
+    drafted_at = time.perf_counter()
     raw_p = check_distributions(score(target, prefix, drafted), vocab_size, "target distribution")
+    scored_at = time.perf_counter()
     if raw_p.shape != (len(drafted) + 1, vocab_size):
         raise ValueError(
             f"target score has shape {raw_p.shape}, expected {(len(drafted) + 1, vocab_size)}"
         )
-    emitted = rule(sampling.warp(raw_p), q, drafted, source)
-    return drafted, _check_emitted(emitted, len(drafted), vocab_size)
+    emitted = _check_emitted(
+        rule(sampling.warp(raw_p), q, drafted, source), len(drafted), vocab_size
+    )
+    return StepResult(drafted, emitted, drafted_at - start, scored_at - drafted_at)
 
 
 def generate_speculative(
@@ -139,7 +181,7 @@ def generate_speculative(
     draft: Model | None,
     prefix: Sequence[int],
     n_tokens: int,
-    k: int,
+    k: int | KPolicy,
     rng: np.random.Generator | RandomSource,
     *,
     sampling: SamplingParams | None = None,
@@ -158,7 +200,8 @@ def generate_speculative(
     n_tokens
         How many tokens to emit; the last step drafts at most what is still needed.
     k
-        The most tokens drafted per step (k >= 1).
+        The most tokens drafted per step (k >= 1), or a :class:`~spec_decode.policies.KPolicy`
+        that chooses it before each step from the trace so far.
     rng
         A numpy ``Generator`` or a :class:`~spec_decode.randomness.RandomSource`.
     sampling
@@ -172,8 +215,7 @@ def generate_speculative(
         Called with each step's emitted tokens, in order.
     """
     sampling = sampling or SamplingParams()
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    policy = FixedK(k) if isinstance(k, int | np.integer) else k
     if n_tokens < 0:
         raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
     if drafter is None:
@@ -189,20 +231,16 @@ def generate_speculative(
     source = as_source(rng)
     trace = Trace()
     while len(trace.tokens) < n_tokens:
+        k_now = policy.next_k(trace)
+        if k_now < 1:
+            raise ValueError(f"the k policy chose k = {k_now}; it must be >= 1")
         remaining = n_tokens - len(trace.tokens)
-        step_k = min(k, remaining - 1)  # a step emits at most step_k + 1 tokens: never overshoot
-        drafted, emitted = speculative_step(
-            target, drafter, context, step_k, rule, source, sampling
-        )
-        n_accepted = _leading_matches(drafted, emitted)
-        trace.target_passes += 1
-        trace.proposed += len(drafted)
-        trace.accepted += n_accepted
-        trace.accepted_lengths.append(n_accepted)
-        trace.tokens.extend(emitted)
-        context.extend(emitted)
+        step_k = min(k_now, remaining - 1)  # a step emits at most step_k + 1 tokens: no overshoot
+        step = speculative_step(target, drafter, context, step_k, rule, source, sampling)
+        trace.record(step)
+        context.extend(step.emitted)
         if on_tokens is not None:
-            on_tokens(emitted)
+            on_tokens(step.emitted)
     return trace
 
 
@@ -223,12 +261,13 @@ def generate_autoregressive(
     source = as_source(rng)
     trace = Trace()
     for _ in range(n_tokens):
+        start = time.perf_counter()
         raw_p = check_distributions(
             target.next_dist(context), target.vocab_size, "target distribution"
         )
+        scored_at = time.perf_counter()
         token = source.categorical(sampling.warp(raw_p))
-        trace.target_passes += 1
-        trace.tokens.append(token)
+        trace.record(StepResult([], [token], target_seconds=scored_at - start))
         context.append(token)
         if on_tokens is not None:
             on_tokens([token])
