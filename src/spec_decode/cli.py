@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +16,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from spec_decode.audit import AuditReport, audit
+from spec_decode.exhaustive import DEFAULT_CASES, FULL_CASES, certify_exhaustive
 from spec_decode.experiments import DEFAULT_AGREEMENTS, ToySetup, run_experiment, sweep
 from spec_decode.proof import TV_TOLERANCE, certify_closed_form
 from spec_decode.sampling import SamplingParams
@@ -62,27 +66,52 @@ def _progress(description: str, total: int, enabled: bool) -> Iterator[Callable[
 @app.command()
 def verify(
     pairs: Annotated[int, typer.Option(min=1, help="Random (p, q) pairs to check.")] = 10_000,
+    exhaustive: Annotated[
+        bool,
+        typer.Option(
+            "--exhaustive",
+            help="Enumerate the generator on the full grid (vocabularies 2-4, k 1-3, orders 1-2, "
+            "every sampling control; about two minutes) instead of the quick default grid.",
+        ),
+    ] = False,
     seed: Seed = 0,
     as_json: AsJson = False,
 ) -> None:
-    """Certify exactness: the closed-form emitted distribution equals the target's."""
+    """Certify exactness: closed form over random pairs, and the generator itself enumerated."""
     with _progress("closed form over random (p, q) pairs", pairs, not as_json) as advance:
-        certificate = certify_closed_form(pairs, seed, on_progress=advance)
+        closed = certify_closed_form(pairs, seed, on_progress=advance)
+    cases = FULL_CASES if exhaustive else DEFAULT_CASES
+    with _progress("enumerating the generator", len(cases), not as_json) as advance:
+        enumerated = certify_exhaustive(cases, seed, on_progress=advance)
+    passed = closed.passed and enumerated.passed
     if as_json:
         _print_json(
-            {"max_tv": certificate.max_tv, "pairs": certificate.pairs, "pass": certificate.passed}
+            {
+                "max_tv": closed.max_tv,
+                "pairs": closed.pairs,
+                "exhaustive_tv": enumerated.max_tv,
+                "paths": enumerated.paths,
+                "exhaustive_cases": enumerated.cases,
+                "pass": passed,
+            }
         )
     else:
         console.print(
             f"closed form: max total-variation distance (induced vs target) over "
-            f"{certificate.pairs:,} random (p, q) pairs: {certificate.max_tv:.3g} "
-            f"(worst family: {certificate.worst_family}; tolerance {TV_TOLERANCE:g})"
+            f"{closed.pairs:,} random (p, q) pairs: {closed.max_tv:.3g} "
+            f"(worst family: {closed.worst_family})"
         )
-        if certificate.passed:
+        console.print(
+            f"exhaustive:  max total-variation distance (generator vs target) over "
+            f"{enumerated.cases} enumerated cases, {enumerated.paths:,} execution paths: "
+            f"{enumerated.max_tv:.3g}"
+        )
+        console.print(f"tolerance {TV_TOLERANCE:g}")
+        if passed:
             console.print("[green]PASS[/] — the emitted distribution equals the target's, exactly.")
         else:
             console.print("[red]FAIL[/] — the emitted distribution differs from the target's.")
-    if not certificate.passed:
+    if not passed:
         raise typer.Exit(1)
 
 
@@ -200,3 +229,97 @@ def sweep_command(
     console.print(table)
     if plot is not None:
         console.print(f"plot written to {plot}")
+
+
+def _load(spec: str, option: str) -> object:
+    """Import ``module:attribute`` for the auditor, or fail with a clear message."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise typer.BadParameter(f"expected module:attribute, got {spec!r}", param_hint=option)
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise typer.BadParameter(f"cannot load {spec!r}: {error}", param_hint=option) from error
+
+
+def _audit_row(report: AuditReport) -> tuple[str, str]:
+    """The verdict and its evidence in one line each."""
+    if report.problem:
+        return report.verdict, report.problem
+    if report.method == "exhaustive":
+        return report.verdict, (
+            f"exhaustive TV {report.exhaustive_tv:.3g} (worst: {report.worst_case}; "
+            f"{report.paths:,} paths)"
+        )
+    return report.verdict, (
+        f"statistical: false-alarm rate {report.false_alarm_rate:g}, detects TV >= "
+        f"{report.detectable_tv:.3f} with probability >= 0.99 per case "
+        f"({'failed' if report.verdict == 'FAIL' else 'worst'}: {report.worst_case})"
+    )
+
+
+def _audit_json(report: AuditReport) -> dict:
+    return {key: value for key, value in asdict(report).items() if key != "cases"} | {
+        "pass": report.verdict == "PASS",
+    }
+
+
+@app.command(name="audit")
+def audit_command(
+    rule: Annotated[
+        str | None,
+        typer.Argument(help="Verification rule to audit, as module:attribute (default: ours)."),
+    ] = None,
+    drafter: Annotated[
+        str | None,
+        typer.Option(help="Drafter to audit, as module:attribute (object or plain callable)."),
+    ] = None,
+    zoo: Annotated[
+        bool, typer.Option("--zoo", help="Audit every entry of spec_decode.zoo and the controls.")
+    ] = False,
+    statistical: Annotated[
+        bool, typer.Option("--statistical", help="Judge by seeded chi-square tests instead.")
+    ] = False,
+    seed: Seed = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Certify or refute a verification rule and/or drafter; exits 1 on FAIL."""
+    from spec_decode import zoo as zoo_module
+
+    if zoo:
+        entries = [
+            (name, {"rule": entry}, expected)
+            for entries, expected in (
+                (zoo_module.EXACT_RULES, "PASS"),
+                (zoo_module.BROKEN_RULES, "FAIL"),
+            )
+            for name, entry in entries.items()
+        ] + [
+            (name, {"drafter": entry}, expected)
+            for entries, expected in (
+                (zoo_module.EXACT_DRAFTERS, "PASS"),
+                (zoo_module.BROKEN_DRAFTERS, "FAIL"),
+            )
+            for name, entry in entries.items()
+        ]
+    else:
+        chosen = {"rule": _load(rule, "RULE") if rule else None}
+        chosen["drafter"] = _load(drafter, "--drafter") if drafter else None
+        entries = [(rule or drafter or "spec_decode.rules:exact_rule", chosen, None)]
+    reports = {}
+    with _progress("auditing", len(entries), not as_json) as advance:
+        for name, chosen, _ in entries:
+            reports[name] = audit(**chosen, statistical=statistical, seed=seed)
+            advance()
+    if as_json:
+        payload = {name: _audit_json(report) for name, report in reports.items()}
+        _print_json(payload if zoo else next(iter(payload.values())))
+    else:
+        table = Table("audited", "verdict", "evidence", *(["expected"] if zoo else []))
+        for name, _, expected in entries:
+            verdict, evidence = _audit_row(reports[name])
+            colour = "green" if verdict == "PASS" else "red"
+            table.add_row(name, f"[{colour}]{verdict}[/]", evidence, *([expected] if zoo else []))
+        console.print(table)
+    if any(reports[name].verdict != (expected or "PASS") for name, _, expected in entries):
+        raise typer.Exit(1)

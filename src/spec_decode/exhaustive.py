@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from spec_decode.distributions import check_distributions
 from spec_decode.drafters import Drafter
-from spec_decode.models import Model
+from spec_decode.models import Model, draft_from_target, random_markov
+from spec_decode.policies import KPolicy
+from spec_decode.proof import TV_TOLERANCE
 from spec_decode.rules import Rule, exact_rule
 from spec_decode.sampling import SamplingParams
 from spec_decode.speculative import generate_speculative
@@ -151,13 +153,16 @@ def exact_output_distribution(
     draft: Model | None,
     prefix: Sequence[int],
     n_tokens: int,
-    k: int,
+    k: int | KPolicy,
     *,
     sampling: SamplingParams | None = None,
     rule: Rule = exact_rule,
     drafter: Drafter | None = None,
 ) -> ExactComparison:
     """Enumerate :func:`~spec_decode.speculative.generate_speculative` exhaustively.
+
+    ``k`` is a fixed k or a :class:`~spec_decode.policies.KPolicy`; a policy must choose k from
+    the trace alone (no clock, no hidden state), since every path re-runs the generator.
 
     Returns the exact distribution of its first ``n_tokens`` emitted tokens and the warped
     target's joint over the same tokens. Raises :class:`NotEnumerable` if the code under test
@@ -182,3 +187,77 @@ def exact_output_distribution(
     vocab = target.vocab_size
     reference = target_joint(lambda c: sampling.warp(target.next_dist(c)), vocab, prefix, n_tokens)
     return ExactComparison(as_array(enumeration, vocab, n_tokens), reference, enumeration.paths)
+
+
+@dataclass(frozen=True)
+class ExhaustiveCase:
+    """One configuration of the generator certificate: a random Markov pair and its settings."""
+
+    vocab: int
+    k: int
+    order: int
+    n_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def run(self, seed: int = 0) -> ExactComparison:
+        target = random_markov(self.vocab, seed + 10 * self.vocab + self.order, self.order)
+        draft = draft_from_target(target, 0.5, seed + 1)
+        return exact_output_distribution(
+            target, draft, [0] * self.order, self.n_tokens, self.k, sampling=self.sampling
+        )
+
+
+_CONTROLS = (
+    SamplingParams(),
+    SamplingParams(temperature=0.7, top_k=2),
+    SamplingParams(top_p=0.8),
+    SamplingParams(temperature=0),
+)
+
+#: What plain ``spec-decode verify`` enumerates: each control, orders 1 and 2 (seconds).
+DEFAULT_CASES = (
+    ExhaustiveCase(3, 2, 1, 4, _CONTROLS[0]),
+    ExhaustiveCase(3, 2, 2, 4, _CONTROLS[1]),
+    ExhaustiveCase(4, 3, 1, 3, _CONTROLS[2]),
+    ExhaustiveCase(4, 2, 2, 4, _CONTROLS[3]),
+    ExhaustiveCase(2, 3, 2, 4, _CONTROLS[0]),
+    ExhaustiveCase(4, 2, 1, 4, _CONTROLS[0]),
+)
+
+#: What ``spec-decode verify --exhaustive`` enumerates: vocabularies 2-4, k = 1-3, orders 1-2,
+#: every control, four tokens (three for the costliest vocabulary-4 warped cases).
+FULL_CASES = tuple(
+    ExhaustiveCase(vocab, k, order, 3 if vocab == 4 and sampling != _CONTROLS[0] else 4, sampling)
+    for vocab, k, order, sampling in itertools.product((2, 3, 4), (1, 2, 3), (1, 2), _CONTROLS)
+)
+
+
+@dataclass(frozen=True)
+class ExhaustiveCertificate:
+    """Worst TV between the generator's exact output and the target's, over several cases."""
+
+    max_tv: float
+    paths: int
+    cases: int
+    worst_case: ExhaustiveCase | None
+
+    @property
+    def passed(self) -> bool:
+        return self.max_tv < TV_TOLERANCE
+
+
+def certify_exhaustive(
+    cases: Sequence[ExhaustiveCase] = DEFAULT_CASES,
+    seed: int = 0,
+    on_progress: Callable[[], None] | None = None,
+) -> ExhaustiveCertificate:
+    """Enumerate the real generator on each case; report the worst TV and the paths visited."""
+    worst, worst_case, paths = 0.0, None, 0
+    for case in cases:
+        comparison = case.run(seed)
+        paths += comparison.paths
+        if comparison.tv >= worst:
+            worst, worst_case = comparison.tv, case
+        if on_progress is not None:
+            on_progress()
+    return ExhaustiveCertificate(worst, paths, len(cases), worst_case)
