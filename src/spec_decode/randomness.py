@@ -52,10 +52,10 @@ class NumpySource:
         total = cumulative[-1]
         if not total > 0:
             raise ValueError("categorical: probabilities have no positive mass")
-        # side="right" never lands on a zero-probability entry; the clip guards u * total rounding
-        # up to total.
+        # side="right" never lands on a zero-probability entry; only u * total rounding up to
+        # total can run off the end, and then the last token with positive mass is meant.
         index = int(np.searchsorted(cumulative, self.generator.random() * total, side="right"))
-        return min(index, int(np.flatnonzero(probs > 0)[-1]))
+        return index if index < len(cumulative) else int(np.flatnonzero(probs > 0)[-1])
 
     def uniform(self) -> float:
         return float(self.generator.random())
