@@ -192,3 +192,17 @@ def test_draft_token_with_zero_claimed_probability_is_refused(pair32):
 
     with pytest.raises(ValueError, match="probability 0"):
         generate_speculative(target, None, [0], 10, 2, rng(), drafter=Liar())
+
+
+def test_stop_tokens_end_generation_after_the_stop_token(pair32):
+    target, draft = pair32
+    full = generate_speculative(target, draft, [0], 300, 4, rng(3))
+    stop = full.tokens[40]
+    first = full.tokens.index(stop)
+    stopped = generate_speculative(target, draft, [0], 300, 4, rng(3), stop_tokens={stop})
+    assert stopped.tokens == full.tokens[: first + 1]
+    assert stopped.accepted <= stopped.proposed
+    reference = generate_autoregressive(target, [0], 300, rng(3))
+    stop = reference.tokens[10]
+    cut = generate_autoregressive(target, [0], 300, rng(3), stop_tokens=[stop])
+    assert cut.tokens == reference.tokens[: reference.tokens.index(stop) + 1]

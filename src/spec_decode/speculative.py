@@ -7,8 +7,8 @@ plus all of them in ONE pass (:func:`spec_decode.models.score`), and the rule de
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -132,6 +132,14 @@ def _check_emitted(emitted: object, n_drafted: int, vocab_size: int) -> list[int
     return [int(t) for t in emitted]
 
 
+def _stop_early(step: StepResult, stop_tokens: Collection[int]) -> StepResult:
+    """The step with everything after its first stop token removed."""
+    cut = next((i for i, t in enumerate(step.emitted) if t in stop_tokens), None)
+    if cut is None:
+        return step
+    return replace(step, emitted=step.emitted[: cut + 1])
+
+
 def _leading_matches(drafted: list[int], emitted: list[int]) -> int:
     """How many drafted tokens the step kept: the length of the common prefix."""
     for i, (d, e) in enumerate(zip(drafted, emitted, strict=False)):
@@ -188,8 +196,9 @@ def generate_speculative(
     rule: Rule = exact_rule,
     drafter: Drafter | None = None,
     on_tokens: TokenCallback | None = None,
+    stop_tokens: Collection[int] = (),
 ) -> Trace:
-    """Emit exactly ``n_tokens`` tokens after ``prefix`` by speculative decoding.
+    """Emit ``n_tokens`` tokens after ``prefix`` by speculative decoding.
 
     Parameters
     ----------
@@ -213,6 +222,9 @@ def generate_speculative(
         Proposes the drafts; by default a :class:`~spec_decode.drafters.ModelDrafter` on ``draft``.
     on_tokens
         Called with each step's emitted tokens, in order.
+    stop_tokens
+        End early, right after emitting any of these (such as end-of-sequence); the stop token is
+        the last one returned and nothing after it is emitted.
     """
     sampling = sampling or SamplingParams()
     policy = FixedK(k) if isinstance(k, int | np.integer) else k
@@ -236,11 +248,15 @@ def generate_speculative(
             raise ValueError(f"the k policy chose k = {k_now}; it must be >= 1")
         remaining = n_tokens - len(trace.tokens)
         step_k = min(k_now, remaining - 1)  # a step emits at most step_k + 1 tokens: no overshoot
-        step = speculative_step(target, drafter, context, step_k, rule, source, sampling)
+        step = _stop_early(
+            speculative_step(target, drafter, context, step_k, rule, source, sampling), stop_tokens
+        )
         trace.record(step)
         context.extend(step.emitted)
         if on_tokens is not None:
             on_tokens(step.emitted)
+        if step.emitted[-1] in stop_tokens:
+            break
     return trace
 
 
@@ -252,8 +268,12 @@ def generate_autoregressive(
     *,
     sampling: SamplingParams | None = None,
     on_tokens: TokenCallback | None = None,
+    stop_tokens: Collection[int] = (),
 ) -> Trace:
-    """Target-only decoding: one target pass per emitted token (the reference distribution)."""
+    """Target-only decoding: one target pass per emitted token (the reference distribution).
+
+    Takes ``sampling``, ``on_tokens`` and ``stop_tokens`` as :func:`generate_speculative` does.
+    """
     sampling = sampling or SamplingParams()
     if n_tokens < 0:
         raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
@@ -271,4 +291,6 @@ def generate_autoregressive(
         context.append(token)
         if on_tokens is not None:
             on_tokens([token])
+        if token in stop_tokens:
+            break
     return trace
