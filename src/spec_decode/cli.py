@@ -17,11 +17,15 @@ from rich.progress import Progress
 from rich.table import Table
 
 from spec_decode.audit import AuditReport, audit
+from spec_decode.cli_generate import generate, models_app
 from spec_decode.exhaustive import DEFAULT_CASES, FULL_CASES, certify_exhaustive
 from spec_decode.experiments import DEFAULT_AGREEMENTS, ToySetup, run_experiment, sweep
+from spec_decode.policies import POLICY_NAMES
 from spec_decode.proof import TV_TOLERANCE, certify_closed_form
 from spec_decode.sampling import SamplingParams
 from spec_decode.theory import optimal_k
+from spec_decode.tree import TreeShape
+from spec_decode.tree_experiments import TreeRunResult, run_tree_experiment
 
 app = typer.Typer(
     help="Exact speculative decoding, certified by running code.",
@@ -121,6 +125,32 @@ def run(
         float, typer.Option(min=0.0, max=1.0, help="Draft agreement a: q = a p + (1 - a) r.")
     ] = 0.8,
     k: K = 4,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help=f"How k is chosen before each step, one of {', '.join(POLICY_NAMES)}: fixed; "
+            "schedule (+2 after a fully accepted step, -1 after a rejection); cost (the k of best "
+            "expected speedup at the running alpha and --draft-cost). Adaptive ones start at --k.",
+        ),
+    ] = "fixed",
+    k_max: Annotated[int, typer.Option(min=1, help="Largest k an adaptive policy may pick.")] = 16,
+    confidence: Annotated[
+        float,
+        typer.Option(
+            min=0.0, max=1.0, help="Stop drafting where the draft's top probability is below this."
+        ),
+    ] = 0.0,
+    tree: Annotated[
+        str | None,
+        typer.Option(
+            help="Draft a token tree instead of a chain: children per node, depth by depth, "
+            "e.g. 3,2,1 (replaces --k).",
+        ),
+    ] = None,
+    without_replacement: Annotated[
+        bool,
+        typer.Option("--without-replacement", help="Draw a tree's siblings without replacement."),
+    ] = False,
     tokens: Tokens = 5000,
     draft_cost: DraftCost = 0.1,
     vocab: Vocab = 32,
@@ -133,6 +163,22 @@ def run(
     as_json: AsJson = False,
 ) -> None:
     """Generate from a toy Markov pair; measured figures next to the exact expectation."""
+    if tree is not None:
+        try:
+            tree_result = run_tree_experiment(
+                ToySetup(vocab_size=vocab, order=order, seed=seed),
+                agreement,
+                TreeShape.parse(tree),
+                tokens,
+                draft_cost,
+                seed,
+                SamplingParams(temperature, top_k, top_p, min_p),
+                replacement=not without_replacement,
+            )
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from error
+        _print_tree_run(tree_result, vocab, order, seed, as_json)
+        return
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
         result = run_experiment(
@@ -143,6 +189,9 @@ def run(
             draft_cost,
             seed,
             sampling,
+            policy=policy,
+            k_max=k_max,
+            min_confidence=confidence,
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
@@ -153,7 +202,14 @@ def run(
         f"generated {result.tokens} tokens  (draft agreement {agreement:g}, k={k}, "
         f"vocabulary {vocab}, order {order}, seed {seed})"
     )
-    table = Table("figure", "measured", "expected (exact Markov)")
+    adaptive = policy != "fixed" or confidence > 0
+    if adaptive:
+        console.print(f"policy {policy} (k_max {k_max}), confidence cut-off {confidence:g}")
+    table = Table(
+        "figure",
+        "measured",
+        f"exact Markov, fixed k={k}" if adaptive else "expected (exact Markov)",
+    )
     table.add_row("target passes", f"{result.target_passes}", f"(target-only: {result.tokens})")
     table.add_row("draft calls", f"{result.draft_calls}", "")
     table.add_row(
@@ -178,6 +234,54 @@ def run(
         f"per pass; optimal k at this alpha and cost: {optimal_k(result.alpha, draft_cost)}"
     )
     console.print(f"accepted drafts per step (0..k): {result.acceptance_histogram}")
+
+
+def _print_tree_run(
+    result: TreeRunResult, vocab: int, order: int, seed: int, as_json: bool
+) -> None:
+    """``run --tree``: measured figures beside the exact tree theory and the equal-size chain."""
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    shape, nodes = ",".join(map(str, result.widths)), result.drafted_per_step
+    console.print(
+        f"generated {result.tokens} tokens  (draft agreement {result.agreement:g}, tree {shape} "
+        f"{'with' if result.replacement else 'without'} replacement: {nodes} drafted tokens and "
+        f"{result.draft_calls_per_step} draft calls per step, vocabulary {vocab}, order {order}, "
+        f"seed {seed})"
+    )
+    table = Table("figure", "measured", "expected (exact Markov)", f"chain k={nodes} (exact)")
+    table.add_row("target passes", f"{result.target_passes}", f"(target-only: {result.tokens})")
+    table.add_row("draft calls", f"{result.draft_calls}", "", "")
+    table.add_row(
+        "accepted drafts / target pass",
+        f"{result.accepted_per_pass:.3f}",
+        f"{result.expected_accepted_per_pass:.3f}",
+        f"{result.chain_tokens_per_pass - 1:.3f}",
+    )
+    table.add_row(
+        "tokens / target pass",
+        f"{result.tokens_per_pass:.3f}",
+        f"{result.expected_tokens_per_pass:.3f}",
+        f"{result.chain_tokens_per_pass:.3f}",
+    )
+    table.add_row(
+        f"speedup (draft cost {result.draft_cost:g}x)",
+        f"{result.speedup:.2f}x",
+        f"{result.expected_speedup:.2f}x",
+        f"{result.chain_expected_speedup:.2f}x",
+    )
+    console.print(table)
+    verdict = (
+        "beats" if result.expected_tokens_per_pass > result.chain_tokens_per_pass else "loses to"
+    )
+    console.print(
+        f"alpha (stationary acceptance probability) = {result.alpha:.3f}; at {nodes} drafted "
+        f"tokens per step the tree {verdict} the chain in tokens per pass (exact theory)"
+    )
+    console.print(
+        f"accepted depth per step (0..{len(result.widths)}): {result.acceptance_histogram}"
+    )
 
 
 @app.command(name="sweep")
@@ -229,6 +333,10 @@ def sweep_command(
     console.print(table)
     if plot is not None:
         console.print(f"plot written to {plot}")
+
+
+app.command("generate")(generate)
+app.add_typer(models_app, name="models")
 
 
 def _load(spec: str, option: str) -> object:

@@ -148,6 +148,21 @@ class ExactComparison:
         return float(self.speculative.sum())
 
 
+def compare_with_target(
+    program: Callable[[EnumeratingSource], Sequence[int]],
+    target: Model,
+    prefix: Sequence[int],
+    n_tokens: int,
+    sampling: SamplingParams,
+) -> ExactComparison:
+    """Enumerate ``program`` (which emits ``n_tokens`` after ``prefix``) and set its exact output
+    distribution beside the warped target's own joint."""
+    enumeration = enumerate_outputs(program)
+    vocab = target.vocab_size
+    reference = target_joint(lambda c: sampling.warp(target.next_dist(c)), vocab, prefix, n_tokens)
+    return ExactComparison(as_array(enumeration, vocab, n_tokens), reference, enumeration.paths)
+
+
 def exact_output_distribution(
     target: Model,
     draft: Model | None,
@@ -183,10 +198,7 @@ def exact_output_distribution(
             drafter=drafter,
         ).tokens
 
-    enumeration = enumerate_outputs(program)
-    vocab = target.vocab_size
-    reference = target_joint(lambda c: sampling.warp(target.next_dist(c)), vocab, prefix, n_tokens)
-    return ExactComparison(as_array(enumeration, vocab, n_tokens), reference, enumeration.paths)
+    return compare_with_target(program, target, prefix, n_tokens, sampling)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from spec_decode.drafters import ModelDrafter
 from spec_decode.models import MarkovModel, draft_from_target, random_markov
+from spec_decode.policies import policy_by_name
 from spec_decode.sampling import SamplingParams
 from spec_decode.speculative import generate_speculative
 from spec_decode.theory import expected_tokens_per_pass, markov_expectation
@@ -39,10 +41,16 @@ class ToySetup:
 
 @dataclass(frozen=True)
 class RunResult:
-    """Measured figures of one run beside the exact Markov expectation and the i.i.d. formula."""
+    """Measured figures of one run beside the exact Markov expectation and the i.i.d. formula.
+
+    The expected figures are those of drafting a fixed ``k`` with no cut-off; for an adaptive
+    ``policy`` or a ``min_confidence`` cut-off they are the fixed-k baseline the run is set against.
+    """
 
     tokens: int
     k: int
+    policy: str
+    min_confidence: float
     agreement: float
     alpha: float
     target_passes: int
@@ -69,8 +77,17 @@ def run_experiment(
     draft_cost: float,
     seed: int,
     sampling: SamplingParams | None = None,
+    *,
+    policy: str = "fixed",
+    k_max: int = 16,
+    min_confidence: float = 0.0,
 ) -> RunResult:
-    """Generate ``n_tokens`` speculatively and compare with the exact expectation."""
+    """Generate ``n_tokens`` speculatively and compare with the exact expectation.
+
+    ``policy`` names how k is chosen (:func:`spec_decode.policies.policy_by_name`: ``k`` is the
+    fixed or starting k, ``k_max`` caps adaptive policies, and the cost policy uses ``draft_cost``
+    as its cost ratio); ``min_confidence`` is the draft's confidence cut-off.
+    """
     if n_tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {n_tokens}")
     if draft_cost < 0:
@@ -81,14 +98,17 @@ def run_experiment(
         draft,
         [0] * target.order,
         n_tokens,
-        k,
+        policy_by_name(policy, k, k_max, draft_cost),
         np.random.default_rng(seed),
         sampling=sampling,
+        drafter=ModelDrafter(draft, sampling or SamplingParams(), min_confidence),
     )
     expectation = markov_expectation(target, draft, k, sampling)
     return RunResult(
         tokens=len(trace.tokens),
         k=k,
+        policy=policy,
+        min_confidence=min_confidence,
         agreement=agreement,
         alpha=expectation.alpha,
         target_passes=trace.target_passes,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from spec_decode.policies import FixedK, KPolicy
 from spec_decode.randomness import RandomSource, as_source
 from spec_decode.rules import Rule, exact_rule
 from spec_decode.sampling import SamplingParams
+
+#: A step result with an ``emitted`` field (chain or tree).
+AnyStep = TypeVar("AnyStep")
 
 #: Called with each step's emitted tokens as soon as they are decided (for streaming text).
 TokenCallback = Callable[[list[int]], None]
@@ -132,8 +136,8 @@ def _check_emitted(emitted: object, n_drafted: int, vocab_size: int) -> list[int
     return [int(t) for t in emitted]
 
 
-def _stop_early(step: StepResult, stop_tokens: Collection[int]) -> StepResult:
-    """The step with everything after its first stop token removed."""
+def stop_early(step: AnyStep, stop_tokens: Collection[int]) -> AnyStep:
+    """The step (chain or tree) with everything after its first stop token removed."""
     cut = next((i for i, t in enumerate(step.emitted) if t in stop_tokens), None)
     if cut is None:
         return step
@@ -248,7 +252,7 @@ def generate_speculative(
             raise ValueError(f"the k policy chose k = {k_now}; it must be >= 1")
         remaining = n_tokens - len(trace.tokens)
         step_k = min(k_now, remaining - 1)  # a step emits at most step_k + 1 tokens: no overshoot
-        step = _stop_early(
+        step = stop_early(
             speculative_step(target, drafter, context, step_k, rule, source, sampling), stop_tokens
         )
         trace.record(step)

@@ -5,6 +5,10 @@ a step with k drafts emits (1 - alpha^(k+1)) / (1 - alpha) tokens on average. Re
 accept at a rate that varies with the context, and plugging the average alpha into that formula is
 biased (it is concave in alpha). :func:`markov_expectation` instead computes the long-run figures
 of a Markov model pair exactly, by following the chain of contexts at which steps begin.
+
+Trees (:mod:`spec_decode.tree_speculative`) get the same treatment: :func:`sibling_outcome` is the
+exact effect of verifying one node's candidates, and :func:`tree_markov_expectation` follows the
+contexts through a walk whose acceptance depends on the width at each depth.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import numpy as np
 from scipy import sparse
 
 from spec_decode.models import MarkovModel
+from spec_decode.rules import residual
 from spec_decode.sampling import SamplingParams
+from spec_decode.tree import TreeShape
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
@@ -79,26 +85,39 @@ def markov_expectation(
     accept, reject, bonus = (
         _transition(target, w) for w in (np.minimum(p, q), np.maximum(p - q, 0), p)
     )
-    ones = np.ones(p.shape[0])
-
-    def step_end(row: np.ndarray) -> np.ndarray:  # row vector times M
-        out = np.zeros_like(row)
-        for _ in range(k):
-            out += reject.T @ row
-            row = accept.T @ row
-        return out + bonus.T @ row
-
-    start = _stationary(step_end, p.shape[0])
-    emitted, kept, reach = 0.0, 0.0, start  # reach = start A^j: mass still accepting after j drafts
-    for j in range(k):
-        emitted += (j + 1) * float(reach @ (reject @ ones))
-        reach = accept.T @ reach
-        kept += float(reach.sum())
-    emitted += (k + 1) * float(reach.sum())
-
+    emitted, kept = _long_run([accept] * k, [reject] * k, bonus)
     contexts = _stationary(lambda row: bonus.T @ row, p.shape[0])
     alpha = float(contexts @ np.minimum(p, q).sum(axis=1))
     return MarkovExpectation(alpha, k, emitted, kept / k)
+
+
+def _long_run(
+    accepts: list[sparse.csr_matrix], stops: list[sparse.csr_matrix], bonus: sparse.csr_matrix
+) -> tuple[float, float]:
+    """Long-run (tokens emitted, drafts kept) per step of a walk that drafts ``len(accepts)`` deep.
+
+    At depth j the walk keeps a draft and moves on with ``accepts[j]``, or stops after emitting
+    j + 1 tokens with ``stops[j]``; past the last depth it emits a bonus with ``bonus``. The step's
+    context-to-context matrix is M = sum_j A_0..A_(j-1) S_j + A_0..A_(D-1) P, and the figures are
+    expectations under the stationary distribution of M (renewal-reward).
+    """
+    ones = np.ones(bonus.shape[0])
+
+    def step_end(row: np.ndarray) -> np.ndarray:  # row vector times M
+        out = np.zeros_like(row)
+        for accept, stop in zip(accepts, stops, strict=True):
+            out += stop.T @ row
+            row = accept.T @ row
+        return out + bonus.T @ row
+
+    start = _stationary(step_end, bonus.shape[0])
+    emitted, kept, reach = 0.0, 0.0, start  # reach = start A_0..A_(j-1): mass still accepting
+    for j, (accept, stop) in enumerate(zip(accepts, stops, strict=True)):
+        emitted += (j + 1) * float(reach @ (stop @ ones))
+        reach = accept.T @ reach
+        kept += float(reach.sum())
+    emitted += (len(accepts) + 1) * float(reach.sum())
+    return emitted, kept
 
 
 def _transition(model: MarkovModel, weights: np.ndarray) -> sparse.csr_matrix:
@@ -128,3 +147,131 @@ def _stationary(
             return new
         dist = new
     raise RuntimeError("stationary distribution did not converge")
+
+
+def sibling_outcome(
+    p: np.ndarray, q: np.ndarray, width: int, replacement: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """What exact verification of ``width`` siblings drawn from ``q`` does at a node with target p.
+
+    Returns ``(accepted, stopped)``: ``accepted[x]`` is the probability that the walk accepts a
+    child with token x and descends into it, ``stopped[y]`` that every child is rejected and the
+    final residual emits y; together they sum to 1. One sibling gives (min(p, q), max(p - q, 0)).
+
+    With replacement the residual after each rejection does not depend on the rejected token, so
+    the siblings are followed one after another. Without replacement the next sibling's row
+    depends on which tokens were drawn, so the computation branches on each rejected token (cost
+    grows like V^(width - 1); zero-probability branches are pruned); it mirrors
+    :func:`~spec_decode.tree_drafters.draw_siblings`, including stopping early once q's support is
+    used up.
+    """
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    accepted, stopped = np.zeros_like(p), np.zeros_like(p)
+
+    def visit(target: np.ndarray, row: np.ndarray, reach: float, left: int) -> None:
+        kept = np.minimum(target, row)  # = row(x) * min(1, target(x) / row(x))
+        accepted[:] += reach * kept
+        rejected = row - kept  # probability of drawing x and rejecting it
+        after = residual(target, row)
+        if left == 1:
+            stopped[:] += reach * rejected.sum() * after
+        elif replacement:
+            visit(after, row, reach * rejected.sum(), left - 1)
+        else:
+            for token in np.flatnonzero(rejected > 0):
+                rest = row.copy()
+                rest[token] = 0.0
+                if rest.sum() > 0:
+                    visit(after, rest / rest.sum(), reach * rejected[token], left - 1)
+                else:  # q's support is used up: no further sibling is drawn
+                    stopped[:] += reach * rejected[token] * after
+
+    visit(p, q, 1.0, width)
+    return accepted, stopped
+
+
+def tree_tokens_per_pass(
+    p: np.ndarray, q: np.ndarray, widths: tuple[int, ...], replacement: bool = True
+) -> float:
+    """Expected tokens per pass of a tree when every position has target ``p`` and draft ``q``.
+
+    With a(w) the acceptance probability of w siblings (:func:`sibling_outcome`), a tree of widths
+    w_0..w_(D-1) emits sum_{d=0..D} a(w_0) ... a(w_(d-1)) tokens on average; for a chain (all
+    widths 1) this is the i.i.d. formula (1 - alpha^(k+1)) / (1 - alpha).
+    """
+    expected, reach = 1.0, 1.0
+    for width in TreeShape(tuple(widths)).widths:
+        reach *= float(sibling_outcome(p, q, width, replacement)[0].sum())
+        expected += reach
+    return expected
+
+
+@dataclass(frozen=True)
+class TreeExpectation:
+    """Exact long-run figures of tree speculative decoding on a Markov model pair.
+
+    ``tokens_per_pass`` and ``accepted_per_pass`` (drafts kept per step) are exact long-run
+    values; the cost figures assume every step drafts the full shape (without replacement a node
+    gets fewer children once the draft's support is used up, e.g. under top-k).
+    """
+
+    shape: TreeShape
+    replacement: bool
+    tokens_per_pass: float
+    accepted_per_pass: float
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Drafts kept / drafts proposed."""
+        return self.accepted_per_pass / self.shape.nodes
+
+    def speedup(self, draft_cost: float) -> float:
+        """Expected speedup under the cost model: one draft call per expanded position."""
+        return self.tokens_per_pass / (draft_cost * self.shape.expansions + 1)
+
+
+#: Most (contexts x V^(width - 1)) branches :func:`tree_markov_expectation` follows without
+#: replacement (about 3 seconds per million).
+MAX_THEORY_BRANCHES = 2_000_000
+
+
+def tree_markov_expectation(
+    target: MarkovModel,
+    draft: MarkovModel,
+    widths: tuple[int, ...] | TreeShape,
+    sampling: SamplingParams | None = None,
+    replacement: bool = True,
+) -> TreeExpectation:
+    """Exact long-run tokens per pass of tree speculative decoding on a Markov pair.
+
+    A step is a walk down the tree: at depth d from context s it keeps a child with token x, moving
+    to s+x, with probability A_d[s, s+x] = accepted[x] of :func:`sibling_outcome` at width w_d, or
+    stops after emitting y with S_d[s, s+y] = stopped[y]; past the last depth it emits a bonus.
+    This is :func:`markov_expectation` with a different acceptance at every depth (a chain of k
+    tokens, widths (1,) * k, gives exactly its figures). The subtree below an accepted child was
+    drawn given that child alone, so its outcome depends only on the context and the depth.
+    """
+    shape = widths if isinstance(widths, TreeShape) else TreeShape(tuple(widths))
+    if draft.table.shape != target.table.shape:
+        raise ValueError("target and draft must share vocabulary size and order")
+    branches = target.rows.shape[0] * target.vocab_size ** (max(shape.widths) - 1)
+    if not replacement and branches > MAX_THEORY_BRANCHES:
+        raise ValueError(
+            f"exact theory without replacement branches on every rejected sibling: about "
+            f"{branches:.2g} branches for width {max(shape.widths)} over {target.rows.shape[0]} "
+            f"contexts (limit {MAX_THEORY_BRANCHES:.0g}); use narrower widths or replacement"
+        )
+    sampling = sampling or SamplingParams()
+    p, q = sampling.warp(target.rows), sampling.warp(draft.rows)
+    outcomes = {
+        width: [sibling_outcome(p[s], q[s], width, replacement) for s in range(p.shape[0])]
+        for width in set(shape.widths)
+    }
+    accepts, stops = (
+        [_transition(target, np.array([o[part] for o in outcomes[w]])) for w in shape.widths]
+        for part in (0, 1)
+    )
+    emitted, kept = _long_run(accepts, stops, _transition(target, p))
+    return TreeExpectation(shape, replacement, emitted, kept)

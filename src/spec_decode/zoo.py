@@ -9,13 +9,17 @@ wrongly suspected, must PASS (``EXACT_RULES``, ``EXACT_DRAFTERS``). Audit one by
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from spec_decode.lookup import lookup_continuation
 from spec_decode.models import Model
 from spec_decode.randomness import RandomSource
 from spec_decode.rules import exact_rule, residual
 from spec_decode.sampling import SamplingParams
+from spec_decode.tree import ROOT, TokenTree, TreeShape
+from spec_decode.tree_drafters import ModelTreeDrafter
 
 
 def _verify(
@@ -235,3 +239,114 @@ BROKEN_DRAFTERS = {"argmax_drafter": argmax_drafter, "truncated_drafter": trunca
 #: Exact controls (the auditor must PASS each), by name.
 EXACT_RULES = {"exact_rule": exact_rule, "sample_match": sample_match}
 EXACT_DRAFTERS = {"one_hot_drafter": one_hot_drafter}
+
+
+# ---- broken prompt-lookup and confidence cut-off drafters (adaptive speculation) ---------------
+
+#: The probability below which :func:`confidence_after_draw` drops the token it drew.
+DRAW_CUT_OFF = 0.5
+
+
+def lookup_with_model_q(
+    model: Model, prefix: Sequence[int], k: int, rng: RandomSource
+) -> tuple[list[int], np.ndarray]:
+    """Proposes the prompt-lookup continuation but reports the draft model's rows as its q.
+
+    A combined drafter that copies tokens from the context and hands the verifier the draft
+    model's probabilities for them, as if the model had drawn them. The copied tokens were not
+    drawn from those rows, so the rule corrects for a proposal that never happened: a copied token
+    x is accepted with probability min(1, p(x)/q(x)) instead of p(x) (too often), and a rejection
+    draws from normalize(max(p - q, 0)) instead of p without x. The honest report is one-hot
+    (:class:`~spec_decode.lookup.PromptLookupDrafter`).
+    """
+    tokens = lookup_continuation(prefix, 1, 3, k)
+    context = list(prefix)
+    rows = np.empty((len(tokens), model.vocab_size))
+    for i, token in enumerate(tokens):
+        rows[i] = model.next_dist(context)
+        context.append(token)
+    return tokens, rows
+
+
+def confidence_after_draw(
+    model: Model, prefix: Sequence[int], k: int, rng: RandomSource
+) -> tuple[list[int], np.ndarray]:
+    """A confidence cut-off that judges each token after drawing it: when the drawn token's own
+    probability is below :data:`DRAW_CUT_OFF`, it is dropped and drafting stops.
+
+    Whether a token is kept then depends on its value, so the kept tokens follow q restricted to
+    {x : q(x) >= DRAW_CUT_OFF}, while q itself is reported: confident tokens are proposed more
+    often than the verifier assumes and come out over-represented. The exact cut-off decides from
+    the row before drawing (``ModelDrafter.min_confidence``).
+    """
+    context, tokens = list(prefix), []
+    rows = np.empty((k, model.vocab_size))
+    for i in range(k):
+        rows[i] = model.next_dist(context)
+        token = rng.categorical(rows[i])
+        if rows[i, token] < DRAW_CUT_OFF:
+            break
+        tokens.append(token)
+        context.append(token)
+    return tokens, rows[: len(tokens)]
+
+
+BROKEN_DRAFTERS.update(
+    lookup_with_model_q=lookup_with_model_q, confidence_after_draw=confidence_after_draw
+)
+
+
+# ---- broken tree verification (multi-draft speculation, spec_decode.tree_speculative) ----------
+# Tree rules take (p, tree, rng) and tree drafters propose a TokenTree, so these two are not in the
+# chain registries above; tests/test_tree.py shows both certificates FAIL them.
+
+
+def tree_without_residual_update(p: np.ndarray, tree: TokenTree, rng: RandomSource) -> list[int]:
+    """Tree verification that tries every sibling against the node's own target row p, never
+    taking a rejected sibling's q out of it; when all are rejected it samples the residual of p
+    and the last sibling's q.
+
+    Each sibling then gets a fresh chance at the mass p shares with q: a token both models like is
+    accepted by the first sibling that carries it, then again by a later one after a rejection, so
+    it comes out too often and the residual, taken once, cannot pay it back. With one child per
+    node this is the exact chain rule: the bug only shows on trees with a width of 2 or more.
+    """
+    emitted: list[int] = []
+    node = ROOT
+    while True:
+        target, children = p[node + 1], tree.children(node)
+        for child in children:
+            token = tree.tokens[child]
+            if rng.bernoulli(target[token] / tree.q[child, token]):
+                emitted.append(token)
+                node = child
+                break
+        else:
+            fallback = residual(target, tree.q[children[-1]]) if children else target
+            emitted.append(rng.categorical(fallback))
+            return emitted
+
+
+@dataclass(frozen=True)
+class UnadjustedTreeDrafter:
+    """Draws siblings without replacement but reports every sibling as drawn from the unadjusted
+    draft row q.
+
+    The i-th sibling really comes from q with the earlier siblings removed and renormalised,
+    q_i = q / (1 - q(x_1) - ...) off {x_1, ...}, which is larger than q on every remaining token.
+    Verifying it against q accepts it with min(1, r(x)/q(x)) and takes q, not q_i, out of the
+    residual: later siblings are accepted too often and the fallback no longer pays it back.
+    """
+
+    model: Model
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def propose_tree(self, prefix: Sequence[int], shape: TreeShape, rng: RandomSource) -> TokenTree:
+        drafter = ModelTreeDrafter(self.model, self.sampling, replacement=False)
+        tree = drafter.propose_tree(prefix, shape, rng)
+        first_sibling = [tree.children(parent).start for parent in tree.parents]
+        return TokenTree(tree.tokens, tree.parents, tree.q[first_sibling])
