@@ -312,3 +312,25 @@ def test_tokenizer_mismatch_is_a_clear_error(target, close_draft):
     check_pair(target, close_draft, word_tokenizer(words), word_tokenizer(words))
     with pytest.raises(ValueError, match="tokenizers differ"):
         check_pair(target, close_draft, word_tokenizer(words), word_tokenizer(words[::-1]))
+
+
+#: Enumerated output vs the target's joint: the adapter's block scores differ from its one-token
+#: scores by float rounding (~1e-6 in probability), which bounds how close the two can be.
+ENUMERATED_TV_TOLERANCE = 1e-4
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(), SamplingParams(temperature=0.7, top_k=3)],
+    ids=["plain", "warped"],
+)
+def test_real_adapter_in_the_loop_is_exact_by_enumeration(target, far_draft, sampling):
+    from spec_decode.exhaustive import exact_output_distribution
+
+    exact = exact_output_distribution(target, far_draft, [1, 2], 3, 2, sampling=sampling)
+    broken = exact_output_distribution(
+        target, far_draft, [1, 2], 3, 2, sampling=sampling, rule=resample_from_target
+    )
+    assert abs(exact.total_probability - 1) < 1e-12
+    assert exact.tv < ENUMERATED_TV_TOLERANCE, exact.tv
+    assert broken.tv > 10 * ENUMERATED_TV_TOLERANCE, broken.tv
