@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,13 @@ from spec_decode.policies import FixedK, KPolicy
 from spec_decode.randomness import RandomSource, as_source
 from spec_decode.rules import Rule, exact_rule
 from spec_decode.sampling import SamplingParams
+
+
+class HasVocabulary(Protocol):
+    """Anything with a ``vocab_size``: a chain or a tree drafter."""
+
+    vocab_size: int
+
 
 #: A step result with an ``emitted`` field (chain or tree).
 AnyStep = TypeVar("AnyStep")
@@ -97,6 +104,24 @@ class Trace:
         pays one pass per token.
         """
         return len(self.tokens) / (self.target_passes + draft_cost * self.draft_calls)
+
+
+def start_generation(
+    target: Model,
+    drafter: HasVocabulary | None,
+    prefix: Sequence[int],
+    n_tokens: int,
+    rng: np.random.Generator | RandomSource,
+) -> tuple[list[int], RandomSource]:
+    """Check what every generator is given; return the working context and the random source."""
+    if n_tokens < 0:
+        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    if drafter is not None and drafter.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"draft vocabulary ({drafter.vocab_size}) differs from the target's "
+            f"({target.vocab_size})"
+        )
+    return _check_prefix(prefix, target.vocab_size), as_source(rng)
 
 
 def _check_prefix(prefix: Sequence[int], vocab_size: int) -> list[int]:
@@ -232,19 +257,11 @@ def generate_speculative(
     """
     sampling = sampling or SamplingParams()
     policy = FixedK(k) if isinstance(k, int | np.integer) else k
-    if n_tokens < 0:
-        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
     if drafter is None:
         if draft is None:
             raise ValueError("give a draft model or a drafter")
         drafter = ModelDrafter(draft, sampling)
-    if drafter.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"draft vocabulary ({drafter.vocab_size}) differs from the target's "
-            f"({target.vocab_size})"
-        )
-    context = _check_prefix(prefix, target.vocab_size)
-    source = as_source(rng)
+    context, source = start_generation(target, drafter, prefix, n_tokens, rng)
     trace = Trace()
     while len(trace.tokens) < n_tokens:
         k_now = policy.next_k(trace)
@@ -279,10 +296,7 @@ def generate_autoregressive(
     Takes ``sampling``, ``on_tokens`` and ``stop_tokens`` as :func:`generate_speculative` does.
     """
     sampling = sampling or SamplingParams()
-    if n_tokens < 0:
-        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
-    context = _check_prefix(prefix, target.vocab_size)
-    source = as_source(rng)
+    context, source = start_generation(target, None, prefix, n_tokens, rng)
     trace = Trace()
     for _ in range(n_tokens):
         start = time.perf_counter()

@@ -18,13 +18,13 @@ import numpy as np
 
 from spec_decode.distributions import check_distributions
 from spec_decode.models import Model
-from spec_decode.randomness import RandomSource, as_source
+from spec_decode.randomness import RandomSource
 from spec_decode.sampling import SamplingParams
 from spec_decode.speculative import (
     TokenCallback,
     Trace,
     _check_emitted,
-    _check_prefix,
+    start_generation,
     stop_early,
 )
 from spec_decode.tree import TokenTree, TreeShape, score_tree
@@ -152,19 +152,11 @@ def generate_tree(
     """
     sampling = sampling or SamplingParams()
     shape = widths if isinstance(widths, TreeShape) else TreeShape(tuple(widths))
-    if n_tokens < 0:
-        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
     if drafter is None:
         if draft is None:
             raise ValueError("give a draft model or a tree drafter")
         drafter = ModelTreeDrafter(draft, sampling, replacement)
-    if drafter.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"draft vocabulary ({drafter.vocab_size}) differs from the target's "
-            f"({target.vocab_size})"
-        )
-    context = _check_prefix(prefix, target.vocab_size)
-    source = as_source(rng)
+    context, source = start_generation(target, drafter, prefix, n_tokens, rng)
     trace = TreeTrace()
     while len(trace.tokens) < n_tokens:
         depth = min(shape.depth, n_tokens - len(trace.tokens) - 1)  # no overshoot
