@@ -28,7 +28,15 @@ import random
 import time
 from collections.abc import Callable
 
-from real_models import PROMPTS, RESULTS, SETTINGS, machine, run_ours, summarize
+from real_models import (
+    PROMPTS,
+    RESULTS,
+    SETTINGS,
+    identity_lines,
+    machine,
+    run_ours,
+    summarize,
+)
 from transformers.utils import logging as hf_logging
 
 from spec_decode import prepared
@@ -153,11 +161,7 @@ def markdown(results: dict) -> str:
                 f"{s['tokens_per_second'] / base:.2f}x | {s['target_passes']:.0f} | "
                 f"{s['draft_calls']:.0f} | {acceptance} | {s['tokens_per_pass']:.2f} |"
             )
-    lines += ["", "Greedy output identical to target-only (every repetition):", ""]
-    for case, by_variant in results["greedy_identical_to_target_only"].items():
-        differing = [name for name, same in by_variant.items() if not same]
-        verdict = "all identical" if not differing else f"DIFFERENT: {', '.join(differing)}"
-        lines.append(f"- {case}: {verdict}")
+    lines += identity_lines(results)
     return "\n".join(lines) + "\n"
 
 

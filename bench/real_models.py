@@ -88,6 +88,16 @@ class CallCounter:
         self.calls += 1
 
 
+def identity_lines(results: dict) -> list[str]:
+    """Markdown lines saying, per prompt, whether greedy output matched target-only output."""
+    lines = ["", "Greedy output identical to our target-only output (every repetition):", ""]
+    for case, by_variant in results["greedy_identical_to_target_only"].items():
+        differing = [name for name, same in by_variant.items() if not same]
+        verdict = "all identical" if not differing else f"DIFFERENT: {', '.join(differing)}"
+        lines.append(f"- {case}: {verdict}")
+    return lines
+
+
 def machine() -> dict[str, object]:
     cpu = "unknown"
     with open("/proc/cpuinfo") as info:
@@ -335,11 +345,7 @@ def write_markdown(results: dict[str, object], stem: str) -> None:
                 f"{s['tokens_per_second'] / base:.2f}x | {s['target_passes']:.0f} | "
                 f"{s['draft_calls']:.0f} | {acc} | {tpp} |"
             )
-    lines += ["", "Greedy output identical to our target-only output (every repetition):", ""]
-    for case, by_variant in results["greedy_identical_to_target_only"].items():
-        differing = [name for name, same in by_variant.items() if not same]
-        verdict = "all identical" if not differing else f"DIFFERENT: {', '.join(differing)}"
-        lines.append(f"- {case}: {verdict}")
+    lines += identity_lines(results)
     lines += ["", "Profile of one greedy k=4 run on code completion (ms per step):", ""]
     lines += ["| part | ms |", "|---|---|"]
     for name, value in results["profile_k4_code_completion_ms_per_step"].items():
