@@ -75,13 +75,7 @@ def adapter(model: Qwen2ForCausalLM, weights: str) -> TransformersModel:
     return TransformersModel(pack_linears(deepcopy(model), weights))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; restore the setting afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -45,12 +45,7 @@ def tiny_model(seed: int, weights: str) -> TransformersModel:
     return TransformersModel(pack_linears(model.eval(), weights))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
