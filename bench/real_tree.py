@@ -17,28 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
-from real_models import PROMPTS, machine
-from transformers.utils import logging as hf_logging
+from _common import HANDWRITTEN_PROMPTS as PROMPTS
+from _common import load_transformers_pair, machine, write_results
 
-from spec_decode import prepared
-from spec_decode.backends.transformers import TransformersModel, load_model, load_tokenizer
-from spec_decode.cli_generate import encode_prompt
-from spec_decode.drafters import ModelDrafter
-from spec_decode.randomness import NumpySource
-from spec_decode.sampling import SamplingParams
-from spec_decode.speculative import generate_autoregressive, generate_speculative
-from spec_decode.tree import TreeShape
-from spec_decode.tree_drafters import ModelTreeDrafter
-from spec_decode.tree_speculative import generate_tree
+from spec_decode.backends.prompts import encode_prompt
+from spec_decode.backends.transformers import TransformersModel
+from spec_decode.core.generate import generate_autoregressive, generate_speculative, generate_tree
+from spec_decode.core.randomness import NumpySource
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.tree import TreeShape
+from spec_decode.drafting.drafters import ModelDrafter
+from spec_decode.drafting.tree_drafters import ModelTreeDrafter
 
-RESULTS = Path(__file__).parent / "results"
 TEMPERATURE = 0.7
 CHAINS = (3, 6)
 TREES = ((3,), (2, 1, 1), (3, 1), (2, 2), (3, 2, 1))
@@ -131,7 +126,7 @@ def run(
 def markdown(payload: dict) -> str:
     cost = payload["pass_cost"]["median_seconds"]
     base = cost["1 token"]
-    load = payload["load_average_start"][0]
+    load = payload["machine"]["load_average_start"][0]
     busy = (
         f"; load average {load:.1f} at start: other jobs shared the CPU, so the seconds and "
         "tokens/s below are not reliable, only the counts are"
@@ -189,14 +184,9 @@ def main() -> None:
     parser.add_argument("--cost-reps", type=int, default=7)
     parser.add_argument("--prompts", default="code completion,prose")
     args = parser.parse_args()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    target = load_model(prepared.prepare(prepared.DEFAULT_TARGET), "fp16")
-    draft = load_model(prepared.prepare(prepared.DEFAULT_DRAFT), "int8")
-    tokenizer = load_tokenizer(prepared.model_dir(prepared.DEFAULT_TARGET))
+    target, draft, tokenizer, _ = load_transformers_pair()
     payload: dict[str, object] = {
         "machine": machine(),
-        "load_average_start": os.getloadavg(),
         "tokens": args.tokens,
         "reps": args.reps,
     }
@@ -228,12 +218,7 @@ def main() -> None:
         }
         for variant, rs in sorted(runs.items())
     }
-    payload["load_average_end"] = os.getloadavg()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "real_tree.json").write_text(json.dumps(payload, indent=1))
-    text = markdown(payload)
-    (RESULTS / "real_tree.md").write_text(text + "\n")
-    print(text)
+    write_results("real_tree", payload, lambda results: markdown(results) + "\n")
 
 
 if __name__ == "__main__":

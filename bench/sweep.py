@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spec_decode.experiments import DEFAULT_AGREEMENTS, ToySetup, sweep
-from spec_decode.plots import plot_sweep
+from spec_decode.toy.experiments import DEFAULT_AGREEMENTS, ToySetup, sweep
+from spec_decode.toy.plots import plot_sweep
 
 RESULTS = Path(__file__).parent / "results"
 K_MAX, TOKENS, DRAFT_COST, SEED = 8, 20_000, 0.1, 0

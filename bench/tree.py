@@ -20,9 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from spec_decode.experiments import ToySetup, run_experiment
-from spec_decode.tree import TreeShape
-from spec_decode.tree_experiments import run_tree_experiment
+from spec_decode.core.tree import TreeShape
+from spec_decode.toy.experiments import ToySetup, run_experiment, run_tree_experiment
 
 RESULTS = Path(__file__).parent / "results"
 TOKENS, DRAFT_COST, SEED = 10_000, 0.1, 0

@@ -6,12 +6,8 @@ import numpy as np
 import pytest
 
 from spec_decode import draft_from_target, generate_speculative, random_markov
-from spec_decode.theory import (
-    expected_speedup,
-    expected_tokens_per_pass,
-    markov_expectation,
-    optimal_k,
-)
+from spec_decode.drafting.policies import expected_speedup, expected_tokens_per_pass, optimal_k
+from spec_decode.theory import markov_expectation
 
 
 def test_iid_formulas():

@@ -1,13 +1,23 @@
-"""spec-decode: exact speculative decoding, certified by running code."""
+"""spec-decode: exact speculative decoding, certified by running code.
 
-from spec_decode.drafters import Drafter, FallbackDrafter, ModelDrafter
-from spec_decode.lookup import PromptLookupDrafter
-from spec_decode.models import MarkovModel, Model, draft_from_target, random_markov, score
-from spec_decode.policies import CostModelK, FixedK, KPolicy, ScheduleK, policy_by_name
-from spec_decode.randomness import NumpySource, RandomSource
-from spec_decode.rules import Rule, exact_rule, residual
-from spec_decode.sampling import SamplingParams
-from spec_decode.speculative import Trace, generate_autoregressive, generate_speculative
+``import spec_decode`` loads numpy only (no scipy, torch or transformers); ``spec_decode.audit``
+is the auditor function, imported on first use because it needs scipy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spec_decode.core.generate import generate_autoregressive, generate_speculative, generate_tree
+from spec_decode.core.models import MarkovModel, Model, draft_from_target, random_markov, score
+from spec_decode.core.randomness import NumpySource, RandomSource
+from spec_decode.core.rules import Rule, exact_rule, residual
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.trace import Step, Trace
+from spec_decode.core.tree import TreeShape
+from spec_decode.drafting.drafters import Drafter, FallbackDrafter, ModelDrafter
+from spec_decode.drafting.lookup import PromptLookupDrafter
+from spec_decode.drafting.policies import CostModelK, FixedK, KPolicy, ScheduleK, policy_by_name
 
 __all__ = [
     "CostModelK",
@@ -24,13 +34,26 @@ __all__ = [
     "Rule",
     "SamplingParams",
     "ScheduleK",
+    "Step",
     "Trace",
+    "TreeShape",
+    "audit",
     "draft_from_target",
     "exact_rule",
     "generate_autoregressive",
     "generate_speculative",
+    "generate_tree",
     "policy_by_name",
     "random_markov",
     "residual",
     "score",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``spec_decode.audit``: the auditor, loaded lazily (it needs scipy)."""
+    if name == "audit":
+        from spec_decode.certify.audit import audit
+
+        return audit
+    raise AttributeError(f"module 'spec_decode' has no attribute {name!r}")

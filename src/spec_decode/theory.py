@@ -1,14 +1,16 @@
-"""What speculative decoding should achieve: the i.i.d. formulas and the exact Markov expectation.
+"""What speculative decoding should achieve on a Markov model pair, exactly (needs scipy).
 
 With a constant acceptance probability alpha per drafted token (Leviathan et al. 2023, eq. 1),
-a step with k drafts emits (1 - alpha^(k+1)) / (1 - alpha) tokens on average. Real and toy models
+a step with k drafts emits (1 - alpha^(k+1)) / (1 - alpha) tokens on average
+(:func:`spec_decode.drafting.policies.expected_tokens_per_pass`). Real and toy models
 accept at a rate that varies with the context, and plugging the average alpha into that formula is
 biased (it is concave in alpha). :func:`markov_expectation` instead computes the long-run figures
 of a Markov model pair exactly, by following the chain of contexts at which steps begin.
 
-Trees (:mod:`spec_decode.tree_speculative`) get the same treatment: :func:`sibling_outcome` is the
-exact effect of verifying one node's candidates, and :func:`tree_markov_expectation` follows the
-contexts through a walk whose acceptance depends on the width at each depth.
+Trees (:func:`spec_decode.core.generate.generate_tree`) get the same treatment:
+:func:`sibling_outcome` is the exact effect of verifying one node's candidates, and
+:func:`tree_markov_expectation` follows the contexts through a walk whose acceptance depends on the
+width at each depth.
 """
 
 from __future__ import annotations
@@ -19,30 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from spec_decode.models import MarkovModel
-from spec_decode.rules import residual
-from spec_decode.sampling import SamplingParams
-from spec_decode.tree import TreeShape
-
-
-def expected_tokens_per_pass(alpha: float, k: int) -> float:
-    """(1 - alpha^(k+1)) / (1 - alpha): tokens per target pass at constant acceptance ``alpha``."""
-    if alpha >= 1:
-        return float(k + 1)
-    return (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
-def expected_speedup(alpha: float, k: int, draft_cost: float) -> float:
-    """Tokens per unit cost relative to target-only decoding, a draft call costing ``draft_cost``.
-
-    (1 - alpha^(k+1)) / ((1 - alpha)(draft_cost * k + 1)).
-    """
-    return expected_tokens_per_pass(alpha, k) / (draft_cost * k + 1)
-
-
-def optimal_k(alpha: float, draft_cost: float, k_max: int = 64) -> int:
-    """The k in 1..k_max that maximises :func:`expected_speedup`."""
-    return max(range(1, k_max + 1), key=lambda k: expected_speedup(alpha, k, draft_cost))
+from spec_decode.core.models import MarkovModel
+from spec_decode.core.rules import residual
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.tree import TreeShape
 
 
 @dataclass(frozen=True)
@@ -162,8 +144,8 @@ def sibling_outcome(
     the siblings are followed one after another. Without replacement the next sibling's row
     depends on which tokens were drawn, so the computation branches on each rejected token (cost
     grows like V^(width - 1); zero-probability branches are pruned); it mirrors
-    :func:`~spec_decode.tree_drafters.draw_siblings`, including stopping early once q's support is
-    used up.
+    :func:`~spec_decode.drafting.tree_drafters.draw_siblings`, including stopping early once q's
+    support is used up.
     """
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")

@@ -1,4 +1,5 @@
-"""A Hugging Face transformers causal LM behind the :class:`spec_decode.models.Model` interface.
+"""A Hugging Face transformers causal LM behind the :class:`spec_decode.core.models.Model`
+interface.
 
 The interface is stateless (every call passes the full prefix), but re-running a prefix on every
 call would cost a whole prompt per token. :class:`TransformersModel` therefore keeps one KV cache

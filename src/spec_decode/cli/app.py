@@ -1,0 +1,22 @@
+"""The ``spec-decode`` command line: one Typer app with every command registered."""
+
+from __future__ import annotations
+
+import typer
+
+from spec_decode.cli.audit import audit_command
+from spec_decode.cli.generate import generate_command
+from spec_decode.cli.models import models_app
+from spec_decode.cli.toy import run, sweep_command, verify
+
+app = typer.Typer(
+    help="Exact speculative decoding, certified by running code.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.command()(verify)
+app.command()(run)
+app.command(name="sweep")(sweep_command)
+app.command(name="audit")(audit_command)
+app.command(name="generate")(generate_command)
+app.add_typer(models_app, name="models")

@@ -1,0 +1,80 @@
+"""Options and output helpers shared by the ``spec-decode`` commands."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+
+from spec_decode.core.sampling import SamplingParams
+
+console = Console()
+
+Seed = Annotated[int, typer.Option(help="Seed of every random choice; same seed, same output.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+K = Annotated[int, typer.Option("--k", min=1, help="Tokens drafted per step (k >= 1).")]
+Tokens = Annotated[int, typer.Option(min=1, help="Tokens to generate.")]
+Vocab = Annotated[int, typer.Option(min=2, help="Vocabulary size of the toy models.")]
+DraftCost = Annotated[
+    float, typer.Option(min=0.0, help="Cost of one draft call, in target passes (cost model).")
+]
+Temperature = Annotated[float, typer.Option(min=0.0, help="0 means greedy.")]
+TopK = Annotated[int | None, typer.Option(min=1, help="Keep the k most likely tokens.")]
+TopP = Annotated[
+    float, typer.Option(min=0.0, max=1.0, help="Keep the smallest set with this much mass.")
+]
+MinP = Annotated[
+    float, typer.Option(min=0.0, max=1.0, help="Drop tokens below this times the top one's.")
+]
+TreeWidths = Annotated[
+    str | None,
+    typer.Option(
+        help="Draft a token tree instead of a chain: children per node, depth by depth, "
+        "e.g. 3,2,1 (replaces --k).",
+    ),
+]
+Confidence = Annotated[
+    float,
+    typer.Option(
+        min=0.0, max=1.0, help="Stop drafting where the draft's top probability is below this."
+    ),
+]
+
+
+def sampling_params(
+    temperature: float, top_k: int | None, top_p: float, min_p: float
+) -> SamplingParams:
+    """The sampling controls, with a bad combination reported as a bad parameter (exit 2)."""
+    try:
+        return SamplingParams(temperature, top_k, top_p, min_p)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+
+
+def print_json(payload: dict) -> None:
+    """JSON with NaN and infinities written as null, so any parser accepts it."""
+
+    def clean(value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        return value
+
+    typer.echo(json.dumps(clean(payload), indent=2))
+
+
+@contextmanager
+def progress(description: str, total: int, enabled: bool) -> Iterator[Callable[[], None]]:
+    """A Rich progress bar (silent when ``enabled`` is False); yields the advance callback."""
+    with Progress(console=console, transient=True, disable=not enabled) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda: progress.advance(task)

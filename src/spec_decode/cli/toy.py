@@ -1,0 +1,297 @@
+"""The toy commands: ``verify`` (certify exactness), ``run`` (one toy generation beside exact
+theory) and ``sweep`` (every agreement x k)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from spec_decode.certify.closed_form import certify_closed_form
+from spec_decode.certify.exhaustive import certify_exhaustive
+from spec_decode.certify.grid import DEFAULT_CASES, FULL_CASES
+from spec_decode.certify.reference import TV_TOLERANCE
+from spec_decode.cli.options import (
+    AsJson,
+    Confidence,
+    DraftCost,
+    K,
+    MinP,
+    Seed,
+    Temperature,
+    Tokens,
+    TopK,
+    TopP,
+    TreeWidths,
+    Vocab,
+    console,
+    print_json,
+    progress,
+)
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.tree import TreeShape
+from spec_decode.drafting.policies import POLICY_NAMES, optimal_k
+from spec_decode.toy.experiments import (
+    DEFAULT_AGREEMENTS,
+    ToySetup,
+    TreeRunResult,
+    run_experiment,
+    run_tree_experiment,
+    sweep,
+)
+
+
+def verify(
+    pairs: Annotated[int, typer.Option(min=1, help="Random (p, q) pairs to check.")] = 10_000,
+    exhaustive: Annotated[
+        bool,
+        typer.Option(
+            "--exhaustive",
+            help="Enumerate the generator on the full grid (vocabularies 2-4, k 1-3, orders 1-2, "
+            "every sampling control; about two minutes) instead of the quick default grid.",
+        ),
+    ] = False,
+    seed: Seed = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Certify exactness: closed form over random pairs, and the generator itself enumerated."""
+    with progress("closed form over random (p, q) pairs", pairs, not as_json) as advance:
+        closed = certify_closed_form(pairs, seed, on_progress=advance)
+    cases = FULL_CASES if exhaustive else DEFAULT_CASES
+    with progress("enumerating the generator", len(cases), not as_json) as advance:
+        enumerated = certify_exhaustive(cases, seed, on_progress=advance)
+    passed = closed.passed and enumerated.passed
+    if as_json:
+        print_json(
+            {
+                "max_tv": closed.max_tv,
+                "pairs": closed.pairs,
+                "exhaustive_tv": enumerated.max_tv,
+                "paths": enumerated.paths,
+                "exhaustive_cases": enumerated.cases,
+                "pass": passed,
+            }
+        )
+    else:
+        console.print(
+            f"closed form: max total-variation distance (induced vs target) over "
+            f"{closed.pairs:,} random (p, q) pairs: {closed.max_tv:.3g} "
+            f"(worst family: {closed.worst_family})"
+        )
+        console.print(
+            f"exhaustive:  max total-variation distance (generator vs target) over "
+            f"{enumerated.cases} enumerated cases, {enumerated.paths:,} execution paths: "
+            f"{enumerated.max_tv:.3g}"
+        )
+        console.print(f"tolerance {TV_TOLERANCE:g}")
+        if passed:
+            console.print("[green]PASS[/] — the emitted distribution equals the target's, exactly.")
+        else:
+            console.print("[red]FAIL[/] — the emitted distribution differs from the target's.")
+    if not passed:
+        raise typer.Exit(1)
+
+
+def run(
+    agreement: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Draft agreement a: q = a p + (1 - a) r.")
+    ] = 0.8,
+    k: K = 4,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help=f"How k is chosen before each step, one of {', '.join(POLICY_NAMES)}: fixed; "
+            "schedule (+2 after a fully accepted step, -1 after a rejection); cost (the k of best "
+            "expected speedup at the running alpha and --draft-cost). Adaptive ones start at --k.",
+        ),
+    ] = "fixed",
+    k_max: Annotated[int, typer.Option(min=1, help="Largest k an adaptive policy may pick.")] = 16,
+    confidence: Confidence = 0.0,
+    tree: TreeWidths = None,
+    without_replacement: Annotated[
+        bool,
+        typer.Option("--without-replacement", help="Draw a tree's siblings without replacement."),
+    ] = False,
+    tokens: Tokens = 5000,
+    draft_cost: DraftCost = 0.1,
+    vocab: Vocab = 32,
+    order: Annotated[int, typer.Option(min=1, help="Markov order of the toy models.")] = 1,
+    temperature: Temperature = 1.0,
+    top_k: TopK = None,
+    top_p: TopP = 1.0,
+    min_p: MinP = 0.0,
+    seed: Seed = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Generate from a toy Markov pair; measured figures next to the exact expectation."""
+    if tree is not None:
+        try:
+            tree_result = run_tree_experiment(
+                ToySetup(vocab_size=vocab, order=order, seed=seed),
+                agreement,
+                TreeShape.parse(tree),
+                tokens,
+                draft_cost,
+                seed,
+                SamplingParams(temperature, top_k, top_p, min_p),
+                replacement=not without_replacement,
+            )
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from error
+        _print_tree_run(tree_result, vocab, order, seed, as_json)
+        return
+    try:
+        sampling = SamplingParams(temperature, top_k, top_p, min_p)
+        result = run_experiment(
+            ToySetup(vocab_size=vocab, order=order, seed=seed),
+            agreement,
+            k,
+            tokens,
+            draft_cost,
+            seed,
+            sampling,
+            policy=policy,
+            k_max=k_max,
+            min_confidence=confidence,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    if as_json:
+        print_json(result.to_dict())
+        return
+    console.print(
+        f"generated {result.tokens} tokens  (draft agreement {agreement:g}, k={k}, "
+        f"vocabulary {vocab}, order {order}, seed {seed})"
+    )
+    adaptive = policy != "fixed" or confidence > 0
+    if adaptive:
+        console.print(f"policy {policy} (k_max {k_max}), confidence cut-off {confidence:g}")
+    table = Table(
+        "figure",
+        "measured",
+        f"exact Markov, fixed k={k}" if adaptive else "expected (exact Markov)",
+    )
+    table.add_row("target passes", f"{result.target_passes}", f"(target-only: {result.tokens})")
+    table.add_row("draft calls", f"{result.draft_calls}", "")
+    table.add_row(
+        "acceptance rate (accepted / drafted)",
+        f"{result.acceptance_rate:.3f}",
+        f"{result.expected_acceptance_rate:.3f}",
+    )
+    table.add_row(
+        "tokens / target pass",
+        f"{result.tokens_per_pass:.3f}",
+        f"{result.expected_tokens_per_pass:.3f}",
+    )
+    table.add_row(
+        f"speedup (draft cost {draft_cost:g}x)",
+        f"{result.speedup:.2f}x",
+        f"{result.expected_speedup:.2f}x",
+    )
+    console.print(table)
+    console.print(
+        f"alpha (stationary acceptance probability) = {result.alpha:.3f}; the i.i.d. formula "
+        f"(1 - a^(k+1)) / (1 - a) at that alpha gives {result.iid_tokens_per_pass:.3f} tokens "
+        f"per pass; optimal k at this alpha and cost: {optimal_k(result.alpha, draft_cost)}"
+    )
+    console.print(f"accepted drafts per step (0..k): {result.acceptance_histogram}")
+
+
+def _print_tree_run(
+    result: TreeRunResult, vocab: int, order: int, seed: int, as_json: bool
+) -> None:
+    """``run --tree``: measured figures beside the exact tree theory and the equal-size chain."""
+    if as_json:
+        print_json(result.to_dict())
+        return
+    shape, nodes = ",".join(map(str, result.widths)), result.drafted_per_step
+    console.print(
+        f"generated {result.tokens} tokens  (draft agreement {result.agreement:g}, tree {shape} "
+        f"{'with' if result.replacement else 'without'} replacement: {nodes} drafted tokens and "
+        f"{result.draft_calls_per_step} draft calls per step, vocabulary {vocab}, order {order}, "
+        f"seed {seed})"
+    )
+    table = Table("figure", "measured", "expected (exact Markov)", f"chain k={nodes} (exact)")
+    table.add_row("target passes", f"{result.target_passes}", f"(target-only: {result.tokens})")
+    table.add_row("draft calls", f"{result.draft_calls}", "", "")
+    table.add_row(
+        "accepted drafts / target pass",
+        f"{result.accepted_per_pass:.3f}",
+        f"{result.expected_accepted_per_pass:.3f}",
+        f"{result.chain_tokens_per_pass - 1:.3f}",
+    )
+    table.add_row(
+        "tokens / target pass",
+        f"{result.tokens_per_pass:.3f}",
+        f"{result.expected_tokens_per_pass:.3f}",
+        f"{result.chain_tokens_per_pass:.3f}",
+    )
+    table.add_row(
+        f"speedup (draft cost {result.draft_cost:g}x)",
+        f"{result.speedup:.2f}x",
+        f"{result.expected_speedup:.2f}x",
+        f"{result.chain_expected_speedup:.2f}x",
+    )
+    console.print(table)
+    verdict = (
+        "beats" if result.expected_tokens_per_pass > result.chain_tokens_per_pass else "loses to"
+    )
+    console.print(
+        f"alpha (stationary acceptance probability) = {result.alpha:.3f}; at {nodes} drafted "
+        f"tokens per step the tree {verdict} the chain in tokens per pass (exact theory)"
+    )
+    console.print(
+        f"accepted depth per step (0..{len(result.widths)}): {result.acceptance_histogram}"
+    )
+
+
+def sweep_command(
+    k: Annotated[int, typer.Option("--k", min=1, help="Sweep k = 1..K.")] = 8,
+    tokens: Tokens = 2000,
+    draft_cost: DraftCost = 0.1,
+    vocab: Vocab = 32,
+    seed: Seed = 0,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot to this file.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Tokens per pass and speedup across draft agreements and k = 1..K, measured and expected."""
+    setup = ToySetup(vocab_size=vocab, seed=seed)
+    with progress("sweeping", len(DEFAULT_AGREEMENTS) * k, not as_json) as advance:
+        results = sweep(setup, k, tokens, draft_cost, seed, on_progress=advance)
+    if plot is not None:
+        from spec_decode.toy.plots import plot_sweep
+
+        try:
+            plot_sweep(results, plot)
+        except RuntimeError as error:
+            raise typer.BadParameter(str(error), param_hint="--plot") from error
+    if as_json:
+        print_json(
+            {"tokens": tokens, "draft_cost": draft_cost, "rows": [r.to_dict() for r in results]}
+        )
+        return
+    table = Table(
+        "agreement",
+        "alpha",
+        "k",
+        "tokens/pass",
+        "expected",
+        "speedup",
+        "expected",
+        title=f"{tokens} tokens per run, vocabulary {vocab}, draft cost {draft_cost:g}x",
+    )
+    for r in results:
+        table.add_row(
+            f"{r.agreement:g}",
+            f"{r.alpha:.3f}",
+            str(r.k),
+            f"{r.tokens_per_pass:.3f}",
+            f"{r.expected_tokens_per_pass:.3f}",
+            f"{r.speedup:.2f}x",
+            f"{r.expected_speedup:.2f}x",
+        )
+    console.print(table)
+    if plot is not None:
+        console.print(f"plot written to {plot}")

@@ -1,0 +1,74 @@
+"""Validation at the boundary: everything that enters or leaves the sampler (prompts, drafter
+proposals, target scores, rule outputs) is checked here and rejected with a ``ValueError`` that
+names the problem."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spec_decode.core.distributions import check_distributions
+from spec_decode.core.tree import TokenTree
+
+
+def check_prefix(prefix: Sequence[int], vocab_size: int) -> list[int]:
+    """The prompt as a list of ints, each inside the vocabulary (at least one)."""
+    tokens = [int(t) for t in prefix]
+    if not tokens:
+        raise ValueError("the prefix (prompt) is empty: give at least one token")
+    if min(tokens) < 0 or max(tokens) >= vocab_size:
+        raise ValueError(f"prefix tokens must lie in [0, {vocab_size}), got {tokens}")
+    return tokens
+
+
+def check_proposal(
+    tokens: Sequence[int], q: np.ndarray, k: int, vocab_size: int
+) -> tuple[list[int], np.ndarray]:
+    """A drafter's (tokens, q): at most k tokens in the vocabulary, q one valid row per token,
+    giving each drafted token a positive probability."""
+    tokens = [int(t) for t in tokens]
+    if len(tokens) > k:
+        raise ValueError(f"drafter proposed {len(tokens)} tokens, more than k = {k}")
+    if any(not 0 <= t < vocab_size for t in tokens):
+        raise ValueError(f"drafter proposed tokens outside the vocabulary: {tokens}")
+    q = check_distributions(np.reshape(q, (len(tokens), vocab_size)), vocab_size, "draft q")
+    claimed = q[np.arange(len(tokens)), tokens]
+    if np.any(claimed <= 0):
+        raise ValueError("drafter proposed a token its own q gives probability 0")
+    return tokens, q
+
+
+def check_tree(tree: object, max_depth: int, vocab_size: int) -> TokenTree:
+    """A tree drafter's proposal: a TokenTree over this vocabulary, no deeper than asked."""
+    if not isinstance(tree, TokenTree):
+        raise ValueError(f"tree drafter must return a TokenTree, got {type(tree).__name__}")
+    if tree.vocab_size != vocab_size:
+        raise ValueError(f"drafted tree's q has vocabulary {tree.vocab_size}, not {vocab_size}")
+    if tree.depth > max_depth:
+        raise ValueError(f"drafter proposed a tree of depth {tree.depth}, deeper than {max_depth}")
+    return tree
+
+
+def check_scores(raw_p: np.ndarray, n_drafted: int, vocab_size: int) -> np.ndarray:
+    """The target's score rows: valid distributions, one per drafted token plus one."""
+    raw_p = check_distributions(raw_p, vocab_size, "target distribution")
+    if raw_p.shape != (n_drafted + 1, vocab_size):
+        raise ValueError(
+            f"target score has shape {raw_p.shape}, expected {(n_drafted + 1, vocab_size)}"
+        )
+    return raw_p
+
+
+def check_emitted(emitted: object, n_drafted: int, vocab_size: int) -> list[int]:
+    """A rule's output: between 1 and n_drafted + 1 token ids in the vocabulary."""
+    if not isinstance(emitted, Sequence) or isinstance(emitted, str):
+        raise ValueError(f"rule must return a list of token ids, got {type(emitted).__name__}")
+    if not 1 <= len(emitted) <= n_drafted + 1:
+        raise ValueError(
+            f"rule emitted {len(emitted)} tokens; a step must emit between 1 and "
+            f"k + 1 = {n_drafted + 1}"
+        )
+    if any(not isinstance(t, int | np.integer) or not 0 <= t < vocab_size for t in emitted):
+        raise ValueError(f"rule emitted tokens outside the vocabulary [0, {vocab_size}): {emitted}")
+    return [int(t) for t in emitted]

@@ -1,0 +1,304 @@
+"""Generation: ONE loop, with a step function for each way of proposing tokens.
+
+:func:`generate` checks its inputs, then repeats: call the step function on the context so far,
+cut the step at a stop token, record it in the :class:`~spec_decode.core.trace.Trace`, extend the
+context. A step is one target pass:
+
+* :func:`chain_step` drafts up to k tokens, scores the prefix plus all of them in one pass
+  (:func:`~spec_decode.core.models.score`) and lets the chain rule decide what to emit;
+* :func:`tree_step` drafts a token tree, scores every node in one pass
+  (:func:`~spec_decode.core.tree.score_tree`) and lets the tree rule walk down it;
+* :func:`target_step` samples one token from the target (the reference distribution).
+
+:func:`generate_speculative`, :func:`generate_tree` and :func:`generate_autoregressive` are thin
+wrappers that build the step. Acceptance is decided in the rules (:mod:`spec_decode.core.rules`,
+:mod:`spec_decode.core.tree_rules`); randomness enters only through the
+:class:`~spec_decode.core.randomness.RandomSource` handed to them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from spec_decode.core.checks import (
+    check_emitted,
+    check_prefix,
+    check_proposal,
+    check_scores,
+    check_tree,
+)
+from spec_decode.core.distributions import check_distributions
+from spec_decode.core.models import Model, score
+from spec_decode.core.randomness import RandomSource, as_source
+from spec_decode.core.rules import Rule, exact_rule
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.trace import Step, Trace
+from spec_decode.core.tree import TokenTree, TreeShape, score_tree
+from spec_decode.core.tree_rules import TreeRule, verify_tree
+from spec_decode.drafting.drafters import Drafter, ModelDrafter
+from spec_decode.drafting.policies import FixedK, KPolicy
+from spec_decode.drafting.tree_drafters import ModelTreeDrafter, TreeDrafter
+
+#: Called with each step's emitted tokens as soon as they are decided (for streaming text).
+TokenCallback = Callable[[list[int]], None]
+
+#: One target pass: (context, tokens still wanted, trace so far, random source) -> the step.
+StepFunction = Callable[[list[int], int, Trace, RandomSource], Step]
+
+
+class HasVocabulary(Protocol):
+    """Anything with a ``vocab_size``: a chain or a tree drafter."""
+
+    vocab_size: int
+
+
+def generate(
+    target: Model,
+    step: StepFunction,
+    prefix: Sequence[int],
+    n_tokens: int,
+    rng: np.random.Generator | RandomSource,
+    *,
+    drafter: HasVocabulary | None = None,
+    on_tokens: TokenCallback | None = None,
+    stop_tokens: Collection[int] = (),
+) -> Trace:
+    """Emit ``n_tokens`` tokens after ``prefix``, one ``step`` (one target pass) at a time.
+
+    ``drafter``, when given, is checked to share the target's vocabulary. A step is told how many
+    tokens are still wanted and must not emit more. Generation ends early right after any token
+    in ``stop_tokens`` (which is kept).
+    """
+    if n_tokens < 0:
+        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    if drafter is not None and drafter.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"draft vocabulary ({drafter.vocab_size}) differs from the target's "
+            f"({target.vocab_size})"
+        )
+    context, source = check_prefix(prefix, target.vocab_size), as_source(rng)
+    trace = Trace()
+    while len(trace.tokens) < n_tokens:
+        outcome = step(context, n_tokens - len(trace.tokens), trace, source)
+        outcome = outcome.cut_at_stop(stop_tokens)
+        trace.record(outcome)
+        context.extend(outcome.emitted)
+        if on_tokens is not None:
+            on_tokens(outcome.emitted)
+        if outcome.emitted[-1] in stop_tokens:
+            break
+    return trace
+
+
+def chain_step(
+    target: Model, drafter: Drafter, policy: KPolicy, rule: Rule, sampling: SamplingParams
+) -> StepFunction:
+    """Draft k tokens (k from ``policy``), score them in one target pass, verify with ``rule``."""
+    vocab_size = target.vocab_size
+
+    def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
+        k_now = policy.next_k(trace)
+        if k_now < 1:
+            raise ValueError(f"the k policy chose k = {k_now}; it must be >= 1")
+        k = min(k_now, remaining - 1)  # a step emits at most k + 1 tokens: no overshoot
+        start = time.perf_counter()
+        drafted, q = check_proposal(*drafter.propose(context, k, source), k, vocab_size)
+        raw_p, draft_s, target_s = _timed_scores(target, context, drafted, start)
+        emitted = check_emitted(
+            rule(sampling.warp(raw_p), q, drafted, source), len(drafted), vocab_size
+        )
+        accepted = _leading_matches(drafted, emitted)
+        return Step(emitted, len(drafted), accepted, len(drafted), draft_s, target_s)
+
+    return step
+
+
+def tree_step(
+    target: Model, drafter: TreeDrafter, shape: TreeShape, rule: TreeRule, sampling: SamplingParams
+) -> StepFunction:
+    """Draft a tree of ``shape`` (cut to the depth still needed), score it in one pass, verify."""
+    vocab_size = target.vocab_size
+
+    def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
+        depth = min(shape.depth, remaining - 1)  # a step emits at most depth + 1 tokens
+        start = time.perf_counter()
+        if depth == 0:
+            tree = TokenTree.empty(vocab_size)
+        else:
+            proposed = drafter.propose_tree(context, TreeShape(shape.widths[:depth]), source)
+            tree = check_tree(proposed, depth, vocab_size)
+        raw_p, draft_s, target_s = _timed_scores(target, context, tree, start)
+        emitted = check_emitted(rule(sampling.warp(raw_p), tree, source), tree.depth, vocab_size)
+        return Step(emitted, tree.size, tree.kept(emitted), tree.expansions, draft_s, target_s)
+
+    return step
+
+
+def _timed_scores(
+    target: Model, context: list[int], drafted: list[int] | TokenTree, drafting_started: float
+) -> tuple[np.ndarray, float, float]:
+    """The target's checked score rows for the drafted chain or tree in ONE pass, with the
+    seconds spent drafting (since ``drafting_started``) and scoring."""
+    drafted_at = time.perf_counter()
+    if isinstance(drafted, TokenTree):
+        rows, n_drafted = score_tree(target, context, drafted), drafted.size
+    else:
+        rows, n_drafted = score(target, context, drafted), len(drafted)
+    raw_p = check_scores(rows, n_drafted, target.vocab_size)
+    scored_at = time.perf_counter()
+    return raw_p, drafted_at - drafting_started, scored_at - drafted_at
+
+
+def target_step(target: Model, sampling: SamplingParams) -> StepFunction:
+    """Sample one token from the target's next-token distribution: target-only decoding."""
+
+    def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
+        start = time.perf_counter()
+        raw_p = check_distributions(
+            target.next_dist(context), target.vocab_size, "target distribution"
+        )
+        scored_at = time.perf_counter()
+        return Step([source.categorical(sampling.warp(raw_p))], target_seconds=scored_at - start)
+
+    return step
+
+
+def generate_speculative(
+    target: Model,
+    draft: Model | None,
+    prefix: Sequence[int],
+    n_tokens: int,
+    k: int | KPolicy,
+    rng: np.random.Generator | RandomSource,
+    *,
+    sampling: SamplingParams | None = None,
+    rule: Rule = exact_rule,
+    drafter: Drafter | None = None,
+    on_tokens: TokenCallback | None = None,
+    stop_tokens: Collection[int] = (),
+) -> Trace:
+    """Emit ``n_tokens`` tokens after ``prefix`` by speculative decoding.
+
+    Parameters
+    ----------
+    target, draft
+        The target model and the draft model; give ``draft`` or ``drafter``, not both.
+    prefix
+        The prompt: at least one token id.
+    n_tokens
+        How many tokens to emit; the last step drafts at most what is still needed.
+    k
+        The most tokens drafted per step (k >= 1), or a
+        :class:`~spec_decode.drafting.policies.KPolicy` that chooses it before each step from the
+        trace so far.
+    rng
+        A numpy ``Generator`` or a :class:`~spec_decode.core.randomness.RandomSource`.
+    sampling
+        Controls applied to both models' distributions; the output is distributed as sampling from
+        the target under these controls (token-identical to greedy decoding at temperature 0).
+    rule
+        The verification rule; :func:`~spec_decode.core.rules.exact_rule` by default.
+    drafter
+        Proposes the drafts; by default a :class:`~spec_decode.drafting.drafters.ModelDrafter`
+        on ``draft``.
+    on_tokens
+        Called with each step's emitted tokens, in order.
+    stop_tokens
+        End early, right after emitting any of these (such as end-of-sequence); the stop token is
+        the last one returned and nothing after it is emitted.
+    """
+    sampling = sampling or SamplingParams()
+    policy = FixedK(k) if isinstance(k, int | np.integer) else k
+    drafter = drafter or ModelDrafter(_required(draft), sampling)
+    step = chain_step(target, drafter, policy, rule, sampling)
+    return generate(
+        target,
+        step,
+        prefix,
+        n_tokens,
+        rng,
+        drafter=drafter,
+        on_tokens=on_tokens,
+        stop_tokens=stop_tokens,
+    )
+
+
+def generate_tree(
+    target: Model,
+    draft: Model | None,
+    prefix: Sequence[int],
+    n_tokens: int,
+    widths: Sequence[int] | TreeShape,
+    rng: np.random.Generator | RandomSource,
+    *,
+    sampling: SamplingParams | None = None,
+    replacement: bool = True,
+    rule: TreeRule = verify_tree,
+    drafter: TreeDrafter | None = None,
+    on_tokens: TokenCallback | None = None,
+    stop_tokens: Collection[int] = (),
+) -> Trace:
+    """Emit ``n_tokens`` tokens after ``prefix`` by tree speculative decoding.
+
+    ``widths`` is the tree shape, e.g. ``(3, 2, 1)``: children per node, depth by depth (see
+    :class:`~spec_decode.core.tree.TreeShape`). A step emits at most depth + 1 tokens, so when
+    fewer are still needed it drafts only the first ``remaining - 1`` depths. ``replacement``
+    says whether the default :class:`~spec_decode.drafting.tree_drafters.ModelTreeDrafter` on
+    ``draft`` draws siblings with replacement (i.i.d.) or without; a given ``drafter`` is used as
+    it is. ``rule`` is the tree verification rule
+    (:func:`~spec_decode.core.tree_rules.verify_tree` by default); the other parameters are as in
+    :func:`generate_speculative`.
+    """
+    sampling = sampling or SamplingParams()
+    shape = widths if isinstance(widths, TreeShape) else TreeShape(tuple(widths))
+    drafter = drafter or ModelTreeDrafter(_required(draft), sampling, replacement)
+    step = tree_step(target, drafter, shape, rule, sampling)
+    return generate(
+        target,
+        step,
+        prefix,
+        n_tokens,
+        rng,
+        drafter=drafter,
+        on_tokens=on_tokens,
+        stop_tokens=stop_tokens,
+    )
+
+
+def generate_autoregressive(
+    target: Model,
+    prefix: Sequence[int],
+    n_tokens: int,
+    rng: np.random.Generator | RandomSource,
+    *,
+    sampling: SamplingParams | None = None,
+    on_tokens: TokenCallback | None = None,
+    stop_tokens: Collection[int] = (),
+) -> Trace:
+    """Target-only decoding: one target pass per emitted token (the reference distribution).
+
+    Takes ``sampling``, ``on_tokens`` and ``stop_tokens`` as :func:`generate_speculative` does.
+    """
+    step = target_step(target, sampling or SamplingParams())
+    return generate(
+        target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
+    )
+
+
+def _required(draft: Model | None) -> Model:
+    """The draft model, needed when no drafter is given."""
+    if draft is None:
+        raise ValueError("give a draft model or a drafter")
+    return draft
+
+
+def _leading_matches(drafted: list[int], emitted: list[int]) -> int:
+    """How many drafted tokens the step kept: the length of the common prefix."""
+    for i, (d, e) in enumerate(zip(drafted, emitted, strict=False)):
+        if d != e:
+            return i
+    return min(len(drafted), len(emitted))

@@ -1,0 +1,1 @@
+"""Toy Markov-model experiments (measured beside exact theory) and their plots."""

@@ -1,0 +1,110 @@
+"""``spec-decode generate`` and ``models`` on tiny models saved to disk (no download)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from typer.testing import CliRunner
+
+from spec_decode.backends import packaged
+from spec_decode.cli.app import app
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory, tiny_qwen2_folder):
+    root = tmp_path_factory.mktemp("models")
+    return tiny_qwen2_folder(root / "target", seed=0), tiny_qwen2_folder(root / "draft", seed=1)
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    """Exit code and standard output (stderr, which carries the summary, is appended)."""
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_generate_compare_json_is_identical_at_greedy(tiny_pair):
+    target, draft = tiny_pair
+    code, output = invoke(
+        "generate", "--target", str(target), "--draft", str(draft), "--prompt", "def x ( ) :",
+        "--max-new-tokens", "20", "--k", "3", "--compare", "--json",
+    )  # fmt: skip
+    assert code == 0, output
+    payload = json.loads(output[: output.rindex("}") + 1])
+    assert payload["identical_tokens"] is True
+    spec, base = payload["runs"]["speculative"], payload["runs"]["target-only"]
+    assert spec["tokens"] == base["tokens"] >= 1
+    assert base["target_passes"] == base["tokens"]
+    assert spec["target_passes"] <= spec["tokens"]
+
+
+@pytest.mark.parametrize("drafting", [["--tree", "2,2"], ["--draft", "lookup"]])
+def test_generate_tree_and_lookup_are_identical_at_greedy(tiny_pair, drafting):
+    target, draft = tiny_pair
+    args = ["generate", "--target", str(target), "--draft", str(draft), "--prompt", "def x ( ) :"]
+    args += ["--max-new-tokens", "20", "--compare", "--json", *drafting]
+    code, output = invoke(*args)
+    assert code == 0, output
+    payload = json.loads(output[: output.rindex("}") + 1])
+    assert payload["identical_tokens"] is True
+    assert payload["runs"]["speculative"]["tokens"] == payload["runs"]["target-only"]["tokens"]
+
+
+def test_generate_streams_text_and_summary(tiny_pair):
+    target, draft = tiny_pair
+    code, output = invoke(
+        "generate", "--target", str(target), "--draft", str(draft), "--prompt", "x + 1",
+        "--max-new-tokens", "8", "--temperature", "0.7", "--seed", "3",
+    )  # fmt: skip
+    assert code == 0, output
+    assert "tokens/s" in output and "acceptance" in output
+
+
+def test_generate_rejects_bad_inputs(tiny_pair, tmp_path, tiny_qwen2_folder):
+    target, _ = tiny_pair
+    other = tiny_qwen2_folder(tmp_path / "other", seed=2, vocab=11)
+    cases = {
+        "vocabularies differ": ["--draft", str(other)],
+        "neither a prepared model": ["--draft", str(tmp_path / "missing")],
+        "context window": ["--max-new-tokens", "100"],
+        "prompt is empty": ["--prompt", "", "--raw"],
+    }
+    for message, extra in cases.items():
+        args = ["generate", "--target", str(target), "--draft", str(target), "--prompt", "x"]
+        args += ["--max-new-tokens", "8"]
+        code, output = invoke(*args, *extra)
+        assert code == 2 and message in output, (message, output)
+
+
+def test_models_list_shows_the_pair(monkeypatch, tmp_path):
+    monkeypatch.setenv(packaged.CACHE_ENV, str(tmp_path))
+    code, output = invoke("models", "list")
+    assert code == 0
+    assert all(name in output for name in packaged.PREPARED)
+
+
+def test_assembly_checks_the_sha256(monkeypatch, tmp_path):
+    parts = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    parts[0].write_bytes(b"GGUF" + b"\0" * 100)
+    parts[1].write_bytes(b"\1" * 50)
+    data = b"".join(p.read_bytes() for p in parts)
+    digest = hashlib.sha256(data).hexdigest()
+    good = packaged.PreparedSpec("t", "-", "none-", 2, "0", len(data), digest)
+    monkeypatch.setattr(packaged, "part_files", lambda spec: parts)
+    packaged.assemble_gguf(good, tmp_path / "ok.gguf")
+    assert (tmp_path / "ok.gguf").read_bytes() == data
+    bad = packaged.PreparedSpec("t", "-", "none-", 2, "0", len(data), "0" * 64)
+    with pytest.raises(ValueError, match="sha256"):
+        packaged.assemble_gguf(bad, tmp_path / "bad.gguf")
+    assert not (tmp_path / "bad.gguf").exists()
+
+
+def test_missing_part_wheel_is_a_clear_error():
+    spec = packaged.PreparedSpec("t", "-", "spec-decode-no-such-part-", 1, "0", 1, "0" * 64)
+    with pytest.raises(FileNotFoundError, match="not installed"):
+        packaged.part_files(spec)
