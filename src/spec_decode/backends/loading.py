@@ -1,0 +1,114 @@
+"""Load a model and its tokenizer on the chosen backend, by packaged name or local path.
+
+Two backends serve real models: llama.cpp (``[llama]`` extra; memory-maps a GGUF as shipped, the
+default for the packaged Qwen pair and any ``.gguf`` file) and transformers (``[hf]`` extra; any
+local transformers folder, or the packaged pair converted once by ``models prepare``). Heavy
+imports happen inside the functions, so choosing a backend costs nothing until it is used.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spec_decode.backends import packaged
+
+BACKENDS = ("llama.cpp", "transformers")
+
+
+@dataclass
+class Loaded:
+    """A loaded model with its tokenizer, the ids that end generation, and the load time."""
+
+    model: Any
+    tokenizer: Any
+    stop_ids: frozenset[int]
+    seconds: float
+
+
+def choose_backend(requested: str, target: str) -> str:
+    """``requested`` itself, or for "auto": llama.cpp for a packaged name or a ``.gguf`` file
+    when llama-cpp-python is installed, transformers otherwise."""
+    if requested != "auto":
+        if requested not in BACKENDS:
+            raise ValueError(f"unknown backend {requested!r}; choose auto, {', '.join(BACKENDS)}")
+        return requested
+    has_llama = importlib.util.find_spec("llama_cpp") is not None
+    if target.endswith(".gguf") or (target in packaged.PREPARED and has_llama):
+        return "llama.cpp"
+    return "transformers"
+
+
+def load(
+    backend: str, name_or_path: str, *, weights: str = "fp16", threads: int | None = None
+) -> Loaded:
+    """Load ``name_or_path`` (a packaged name, a GGUF file or a transformers folder).
+
+    ``weights`` applies to transformers only (fp16, fp32 or int8 linear layers); ``threads``
+    to llama.cpp only (default: every core).
+    """
+    if backend == "llama.cpp":
+        return _load_llamacpp(name_or_path, threads)
+    if backend == "transformers":
+        return _load_transformers(name_or_path, weights)
+    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def check_pair(target: Loaded, draft: Loaded) -> None:
+    """Raise ``ValueError`` unless draft and target share a vocabulary and a tokenizer:
+    speculative decoding compares distributions over the same token ids."""
+    if target.model.vocab_size != draft.model.vocab_size:
+        raise ValueError(
+            f"draft and target vocabularies differ: {draft.model.vocab_size} vs "
+            f"{target.model.vocab_size} logits"
+        )
+    if hasattr(target.tokenizer, "get_vocab") and hasattr(draft.tokenizer, "get_vocab"):
+        if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
+            raise ValueError("draft and target tokenizers differ: their token-to-id maps differ")
+        if target.tokenizer.all_special_ids != draft.tokenizer.all_special_ids:
+            raise ValueError("draft and target tokenizers differ in their special tokens")
+    elif target.stop_ids != draft.stop_ids or any(
+        target.tokenizer.piece(t) != draft.tokenizer.piece(t)
+        for t in range(target.model.vocab_size)
+    ):
+        raise ValueError("draft and target tokenizers differ: a token's text or role differs")
+
+
+def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
+    from spec_decode.backends.llamacpp import load_model, load_tokenizer
+
+    if name_or_path in packaged.PREPARED:
+        path = packaged.gguf_file(name_or_path)
+    else:
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            known = ", ".join(packaged.PREPARED)
+            raise FileNotFoundError(
+                f"model {name_or_path!r} is neither a packaged model ({known}) nor a GGUF file"
+            )
+    start = time.perf_counter()
+    model = load_model(path, n_threads=threads)
+    tokenizer = load_tokenizer(model)
+    return Loaded(model, tokenizer, tokenizer.eog_ids, time.perf_counter() - start)
+
+
+def _load_transformers(name_or_path: str, weights: str) -> Loaded:
+    from transformers.utils import logging as hf_logging
+
+    from spec_decode.backends.transformers import load_model, load_tokenizer
+
+    hf_logging.disable_progress_bar()
+    folder = packaged.resolve(name_or_path)
+    start = time.perf_counter()
+    model = load_model(folder, weights)
+    tokenizer = load_tokenizer(folder)
+    declared = model.model.generation_config.eos_token_id
+    stop = set(
+        declared if isinstance(declared, list) else [declared] if declared is not None else []
+    )
+    if tokenizer.eos_token_id is not None:
+        stop.add(tokenizer.eos_token_id)
+    return Loaded(model, tokenizer, frozenset(stop), time.perf_counter() - start)
