@@ -8,7 +8,8 @@ Prints, for the target (and the draft, if given):
   1..8 tokens; per block size, how many rows are bitwise equal to the one-token rows, the largest
   |difference| of a log-probability and the largest total variation distance;
 * tree: the rows of one ``score_tree`` call against one-token scoring of each node's path;
-* end to end (with a draft): greedy target-only vs greedy speculative (k = 4) output, tokens/s.
+* end to end (with a draft): greedy target-only vs greedy speculative (k = 2 and 4) output,
+  tokens/s.
 
 Run: PYTHONPATH=src python bench/llamacpp_agreement.py [--target PATH] [--draft PATH]
 [--threads N]. Timings are only meaningful on an otherwise idle machine (the 1-minute load average
@@ -82,7 +83,8 @@ def compare(block: np.ndarray, one: np.ndarray) -> tuple[int, float, float]:
 
 
 def agreement(model: LlamaCppModel, prompt: list[int], starts: int = 4) -> list[tuple]:
-    """Per block size 1..8: rows compared, bitwise equal, max |d log p|, max TV.
+    """Per block size 1..8: rows compared, bitwise equal, max |d log p|, max TV, and the median
+    seconds of the block's ``llama_decode``.
 
     Keys and values written by a block differ from one-token ones as much as its logits do, so
     each block is scored on a cache built one token at a time (as the reference was): the cache
@@ -93,12 +95,14 @@ def agreement(model: LlamaCppModel, prompt: list[int], starts: int = 4) -> list[
     table = []
     for size in range(1, 9):
         greedy_rows(model, prompt, starts)  # one-token cache up to prompt + tokens[:starts]
-        equal, worst_log, worst_tv = 0, 0.0, 0.0
+        equal, worst_log, worst_tv, seconds = 0, 0.0, 0.0, []
         for s in reversed(range(starts)):
+            forward_before = model.stats.forward_s
             block = model.score(prompt + tokens[: s + 1], tokens[s + 1 : s + size])
+            seconds.append(model.stats.forward_s - forward_before)
             e, lg, tv = compare(block, one[s + 1 : s + 1 + size])
             equal, worst_log, worst_tv = equal + e, max(worst_log, lg), max(worst_tv, tv)
-        table.append((size, starts * size, equal, worst_log, worst_tv))
+        table.append((size, starts * size, equal, worst_log, worst_tv, statistics.median(seconds)))
     return table
 
 
@@ -132,8 +136,11 @@ def tree_check(model: LlamaCppModel, prompt: list[int]) -> tuple[int, float, flo
     return len(tokens), worst, tree_s, chain_s
 
 
-def end_to_end(target: LlamaCppModel, draft: LlamaCppModel, prompt: list[int], n: int) -> tuple:
-    """Greedy target-only vs speculative (k = 4): identical?, tokens/s of each, acceptance."""
+def end_to_end(
+    target: LlamaCppModel, draft: LlamaCppModel, prompt: list[int], n: int, k: int
+) -> tuple:
+    """Greedy target-only vs speculative with k drafts: identical?, tokens/s of each,
+    acceptance."""
     rng = np.random.default_rng(0)
     for model in (target, draft):
         model.reset()
@@ -143,7 +150,7 @@ def end_to_end(target: LlamaCppModel, draft: LlamaCppModel, prompt: list[int], n
     for model in (target, draft):
         model.reset()
     start = time.perf_counter()
-    trace = generate_speculative(target, draft, prompt, n, 4, rng, sampling=GREEDY)
+    trace = generate_speculative(target, draft, prompt, n, k, rng, sampling=GREEDY)
     spec_s = time.perf_counter() - start
     return trace.tokens == reference, n / plain_s, n / spec_s, trace.acceptance_rate
 
@@ -154,10 +161,13 @@ def report(name: str, model: LlamaCppModel, prompt: list[int]) -> None:
     print(f"exact_block_size stated by the build: {model.exact_block_size}")
     for key, seconds in costs(model, prompt).items():
         print(f"{key}: {seconds * 1e3:.2f} ms")
-    print("| block | rows | bitwise equal | max abs d log p | max TV |")
-    print("|---|---|---|---|---|")
-    for size, rows, equal, worst_log, worst_tv in agreement(model, prompt):
-        print(f"| {size} | {rows} | {equal} | {worst_log:.3g} | {worst_tv:.3g} |")
+    print("| block | rows | bitwise equal | max abs d log p | max TV | decode ms |")
+    print("|---|---|---|---|---|---|")
+    for size, rows, equal, worst_log, worst_tv, seconds in agreement(model, prompt):
+        print(
+            f"| {size} | {rows} | {equal} | {worst_log:.3g} | {worst_tv:.3g} "
+            f"| {seconds * 1e3:.1f} |"
+        )
     nodes, worst, tree_s, chain_s = tree_check(model, prompt)
     print(
         f"tree of {nodes} nodes: max TV vs path scoring {worst:.3g}; "
@@ -180,11 +190,12 @@ def main() -> None:
         return
     draft = LlamaCppModel(args.draft, n_threads=args.threads)
     report("draft", draft, prompts[0])
-    print("\n| prompt | identical | target-only tok/s | speculative k=4 tok/s | acceptance |")
-    print("|---|---|---|---|---|")
+    print("\n| prompt | k | identical | target-only tok/s | speculative tok/s | acceptance |")
+    print("|---|---|---|---|---|---|")
     for text, prompt in zip(PROMPTS, prompts, strict=True):
-        same, plain, spec, accepted = end_to_end(target, draft, prompt, args.new_tokens)
-        print(f"| {text[:24]!r} | {same} | {plain:.1f} | {spec:.1f} | {accepted:.2f} |")
+        for k in (2, 4):
+            same, plain, spec, accepted = end_to_end(target, draft, prompt, args.new_tokens, k)
+            print(f"| {text[:24]!r} | {k} | {same} | {plain:.1f} | {spec:.1f} | {accepted:.2f} |")
 
 
 if __name__ == "__main__":

@@ -70,11 +70,10 @@ def check_pair(target: Loaded, draft: Loaded) -> None:
             raise ValueError("draft and target tokenizers differ: their token-to-id maps differ")
         if target.tokenizer.all_special_ids != draft.tokenizer.all_special_ids:
             raise ValueError("draft and target tokenizers differ in their special tokens")
-    elif target.stop_ids != draft.stop_ids or any(
-        target.tokenizer.piece(t) != draft.tokenizer.piece(t)
-        for t in range(target.model.vocab_size)
-    ):
-        raise ValueError("draft and target tokenizers differ: a token's text or role differs")
+    else:
+        from spec_decode.backends.llamacpp import check_pair as check_llamacpp_pair
+
+        check_llamacpp_pair(target.model, draft.model)
 
 
 def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:

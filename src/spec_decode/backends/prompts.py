@@ -17,3 +17,20 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, raw: bool) -> list[int]:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return tokenizer.encode(text, add_special_tokens=False)
     return tokenizer.encode(prompt)
+
+
+def render_chat_template(template: str, messages: list[dict[str, str]], **special: str) -> str:
+    """A model's Jinja chat template rendered the way transformers renders it (sandboxed,
+    ``trim_blocks`` and ``lstrip_blocks``), with the assistant turn's opening appended; for
+    tokenizers without their own renderer, such as llama.cpp's. ``special`` supplies variables
+    like ``bos_token`` that some templates use."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.globals["raise_exception"] = _raise_template_error
+    compiled = environment.from_string(template)
+    return compiled.render(messages=messages, add_generation_prompt=True, **special)
+
+
+def _raise_template_error(message: str) -> None:
+    raise ValueError(f"chat template: {message}")

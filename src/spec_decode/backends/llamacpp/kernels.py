@@ -1,0 +1,67 @@
+"""What this llama.cpp build computes and how its logits become probabilities: the build's
+kernel features (which block sizes score bitwise equal to one token) and the one softmax every
+row goes through; plus llama.cpp's log routing."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import sys
+
+import llama_cpp
+import numpy as np
+
+#: Blocks no longer than this are bitwise equal to one-token scoring, by build (see above).
+_EXACT_BLOCKS = {(False, False): 7, (False, True): 3}
+
+
+def build_features() -> dict[str, str]:
+    """The CPU backend's build features as ``llama_print_system_info()`` reports them,
+    e.g. ``{"AVX2": "1", "REPACK": "1", ...}`` (a feature built out is simply absent)."""
+    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    return dict(re.findall(r"([A-Z0-9_]+) = (\w+)", info))
+
+
+def exact_block_size() -> int:
+    """The longest block whose rows this llama.cpp build computes bitwise equal to one-token
+    scoring: 7 without llamafile and repack kernels, 3 without llamafile but with repack, else 1
+    (only one-token passes)."""
+    features = build_features()
+    key = ("LLAMAFILE" in features, "REPACK" in features)
+    return _EXACT_BLOCKS.get(key, 1)
+
+
+def probabilities(logits: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """Write softmax(logits) into ``out`` (float64) and return it; all three have shape (V,).
+
+    The single function from logits to probabilities on every call path: a row's result depends
+    on that row's values only, never on how many rows were scored together. The shift and the
+    exponential run in float32 (in ``scratch``), the normalisation in float64: for 151,936 logits
+    0.16 ms per row here (0.25 ms right after a ``llama_decode``, with cold caches) against
+    0.26 ms for float64 throughout, at a relative difference of about 1e-6 per probability (the
+    float32 exponential's rounding). Tokens more than ~104 logits below the best one get
+    probability 0 (float32 underflow).
+    """
+    np.subtract(logits, logits.max(), out=scratch)
+    np.exp(scratch, out=scratch)
+    out[:] = scratch
+    out *= 1.0 / out.sum()
+    return out
+
+
+_GGML_LOG_LEVEL_ERROR = 4
+
+
+def _silence_logs(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """llama.cpp log callback that prints errors to stderr and drops everything else."""
+    if level == _GGML_LOG_LEVEL_ERROR:
+        print(text.decode("utf-8", "replace"), end="", file=sys.stderr, flush=True)
+
+
+_LOG_CALLBACK = llama_cpp.llama_log_callback(_silence_logs)
+
+
+def init_backend(verbose: bool) -> None:
+    if not verbose:
+        llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
