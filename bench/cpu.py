@@ -35,7 +35,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, interleaved, machine, run_ours, write_results
+from _common import (
+    RESULTS,
+    interleaved,
+    load_transformers_pair,
+    machine,
+    run_ours,
+    write_results,
+)
 from prompt_sets import CATEGORIES, sample
 
 from spec_decode.backends import packaged
@@ -45,6 +52,8 @@ from spec_decode.drafting.lookup import PromptLookupDrafter
 
 SETTINGS = {"greedy": 0.0, "T=0.7": 0.7}
 OURS = ("ours target-only", "ours k=2", "ours k=4", "ours lookup k=4")
+#: Ours on the transformers backend (with --transformers; the pair converted by models prepare).
+OURS_HF = ("ours-hf target-only", "ours-hf k=4")
 THEIRS = (
     "llama.cpp completion",
     "llama.cpp python",
@@ -87,6 +96,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument(
+        "--transformers", action="store_true", help="also ours on the transformers backend"
+    )
     args = parser.parse_args()
     target_path = packaged.gguf_file(packaged.DEFAULT_TARGET)
     draft_path = packaged.gguf_file(packaged.DEFAULT_DRAFT)
@@ -98,6 +110,8 @@ def main() -> None:
     from llama_cpp import Llama
 
     theirs = Llama(str(target_path), n_ctx=4096, n_threads=args.threads, verbose=False)
+    hf_pair = load_transformers_pair()[:2] if args.transformers else None
+    variants = [*OURS, *(OURS_HF if hf_pair else ()), *THEIRS]
     prompts = {f"{p.category} {p.source_id}": p for p in sample(args.per_category)}
     ids = {name: encode_prompt(tokenizer, p.text, raw=not p.chat) for name, p in prompts.items()}
     texts = {name: tokenizer.decode(ids[name], skip_special_tokens=False) for name in prompts}
@@ -123,11 +137,12 @@ def main() -> None:
             )
         if variant == "llama.cpp python":
             return run_llama_python(theirs, prompt_ids, temperature, args.tokens, rep)
-        policy = None if variant == "ours target-only" else int(variant.rsplit("=", 1)[1])
+        policy = None if variant.endswith("target-only") else int(variant.rsplit("=", 1)[1])
         drafter = PromptLookupDrafter(target.vocab_size) if "lookup" in variant else None
-        return run_ours(target, draft, prompt_ids, policy, temperature, args.tokens, rep, drafter)
+        models = hf_pair if variant.startswith("ours-hf") else (target, draft)
+        return run_ours(*models, prompt_ids, policy, temperature, args.tokens, rep, drafter)
 
-    raw = interleaved(cases, lambda case: [*OURS, *THEIRS], args.reps, run)
+    raw = interleaved(cases, lambda case: list(variants), args.reps, run)
     results = {
         "machine": machine(),
         "threads": args.threads,
@@ -145,7 +160,7 @@ def main() -> None:
             }
             for case, by_variant in raw.items()
         },
-        "greedy_identity": identity(raw, tokenizer),
+        "greedy_identity": identity(raw, tokenizer, texts),
         "profile": profile(target, draft, ids[next(iter(ids))], args.tokens),
     }
     write_results("cpu", results, markdown)
@@ -169,25 +184,30 @@ def run_llama_python(
     return {"tokens": out, "seconds": time.perf_counter() - start}
 
 
-def identity(raw: dict, tokenizer: object) -> dict[str, dict[str, bool]]:
-    """Per greedy case: whether each of our variants emitted our target-only tokens, and whether
-    llama.cpp's own engines printed the text our target-only run decodes to."""
+def identity(raw: dict, tokenizer: object, texts: dict[str, str]) -> dict[str, dict[str, bool]]:
+    """Per greedy case: whether each of our variants (and llama-cpp-python) emitted our
+    target-only token ids, and whether llama.cpp's tools printed the text those ids decode to
+    (compared up to the shorter of the two, since ``llama-speculative`` may overshoot ``-n``)."""
     result = {}
     for case, by_variant in raw.items():
         if not case.endswith("greedy"):
             continue
         reference = by_variant["ours target-only"][0]["tokens"]
-        text = tokenizer.decode(reference, skip_special_tokens=False)
+        ours = tokenizer.decode(reference, skip_special_tokens=False).strip()
+        prompt = texts[case.split(" | ")[0]].strip()
         result[case] = {
-            variant: all(
-                (r["tokens"] == reference)
-                if "text" not in r
-                else (r["text"].strip() == text.strip())
-                for r in records
-            )
+            variant: all(_same_output(r, reference, ours, prompt) for r in records)
             for variant, records in by_variant.items()
         }
     return result
+
+
+def _same_output(record: dict, reference: list[int], ours: str, prompt: str) -> bool:
+    """Token ids equal to ours, or (for the tools, which print text) the same text."""
+    if "text" not in record:
+        return record["tokens"] == reference
+    theirs = record["text"].strip().removeprefix(prompt).strip()
+    return theirs.startswith(ours) or ours.startswith(theirs)
 
 
 def profile(target: LlamaCppModel, draft: LlamaCppModel, ids: list[int], tokens: int) -> dict:
@@ -246,7 +266,7 @@ def medians(results: dict) -> dict[str, dict[str, dict[str, float]]]:
 def markdown(results: dict) -> str:
     info = results["machine"]
     table = medians(results)
-    variants = [*OURS, *THEIRS]
+    variants = [v for v in (*OURS, *OURS_HF, *THEIRS) if v in next(iter(table.values()))]
     lines = [
         "## CPU: spec-decode on llama.cpp beside llama.cpp itself (`python bench/cpu.py`)",
         "",
@@ -294,7 +314,7 @@ def plot(results: dict) -> None:
     import matplotlib.pyplot as plt
 
     table = medians(results)
-    variants = [*OURS, *THEIRS]
+    variants = [v for v in (*OURS, *OURS_HF, *THEIRS) if v in next(iter(table.values()))]
     fig, ax = plt.subplots(figsize=(11, 4.5))
     width = 0.8 / len(variants)
     for i, variant in enumerate(variants):
