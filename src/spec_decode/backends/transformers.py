@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,25 +36,10 @@ from transformers import (
 )
 
 from spec_decode.backends.cpu_linear import pack_linears
+from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 
-@dataclass
-class ForwardStats:
-    """What the adapter spent: forward calls, tokens fed, and seconds in cache bookkeeping
-    (common prefix, crop, input tensor), the forward pass, and the float64 softmax."""
-
-    calls: int = 0
-    tokens_fed: int = 0
-    bookkeeping_s: float = 0.0
-    forward_s: float = 0.0
-    softmax_s: float = 0.0
-
-    def reset(self) -> None:
-        self.calls = self.tokens_fed = 0
-        self.bookkeeping_s = self.forward_s = self.softmax_s = 0.0
-
-
-class TransformersModel:
+class TransformersModel(PrefixCachedModel):
     """A causal LM with a reusable KV cache, exposing ``next_dist`` and block ``score``.
 
     Parameters
@@ -77,11 +61,6 @@ class TransformersModel:
         self._cached: list[int] = []
 
     @property
-    def cached_tokens(self) -> list[int]:
-        """The tokens whose keys and values the cache holds (a copy)."""
-        return list(self._cached)
-
-    @property
     def cache_length(self) -> int:
         """How many positions the KV cache itself holds (equals ``len(cached_tokens)``)."""
         return self._cache.get_seq_length()
@@ -90,24 +69,6 @@ class TransformersModel:
         """Drop the KV cache (the next call re-reads its whole prefix)."""
         self._cache = DynamicCache(config=self.config)
         self._cached = []
-
-    def check_fits(self, n_prompt: int, n_new: int = 0) -> None:
-        """Raise ``ValueError`` unless a prompt of ``n_prompt`` tokens plus ``n_new`` fits."""
-        if n_prompt < 1:
-            raise ValueError("the prompt is empty: a causal LM needs at least one token")
-        if n_prompt + n_new > self.context_window:
-            raise ValueError(
-                f"prompt ({n_prompt} tokens) plus {n_new} new tokens exceeds the model's context "
-                f"window of {self.context_window} tokens"
-            )
-
-    def next_dist(self, prefix: Sequence[int]) -> np.ndarray:
-        """The distribution (float64, shape (V,)) of the token after ``prefix``."""
-        return self._dists(list(prefix), 1)[0]
-
-    def score(self, prefix: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
-        """Rows i = 0..len(tokens): the distribution after ``prefix + tokens[:i]``, in one pass."""
-        return self._dists(list(prefix) + list(tokens), len(tokens) + 1)
 
     def score_tree(
         self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int]
@@ -128,7 +89,7 @@ class TransformersModel:
             depths.append(1 if parent < 0 else depths[parent] + 1)
         start = time.perf_counter()
         self.check_fits(len(prefix), max(depths, default=0))
-        keep = min(_common_prefix(self._cached, prefix), len(prefix) - 1)
+        keep = min(common_prefix(self._cached, prefix), len(prefix) - 1)
         if keep < len(self._cached):
             self._cache.crop(keep - len(self._cached))
             del self._cached[keep:]
@@ -179,7 +140,7 @@ class TransformersModel:
         """Logits, shape (n_rows, V), after each of the last ``n_rows`` prefixes of ``sequence``."""
         start = time.perf_counter()
         self.check_fits(len(sequence) - n_rows + 1, n_rows - 1)
-        keep = min(_common_prefix(self._cached, sequence), len(sequence) - n_rows)
+        keep = min(common_prefix(self._cached, sequence), len(sequence) - n_rows)
         if keep < len(self._cached):
             self._cache.crop(keep - len(self._cached))
             del self._cached[keep:]
@@ -198,21 +159,6 @@ class TransformersModel:
         self.stats.tokens_fed += len(new)
         self._cached.extend(new)
         return out.logits[0, -n_rows:]
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (C-speed in the usual case)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]: bisect on list equality
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def load_model(path: str | Path, weights: str = "fp16") -> TransformersModel:

@@ -6,36 +6,19 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 
 from spec_decode.backends.llamacpp.kernels import exact_block_size, init_backend, probabilities
+from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 DEFAULT_MAX_CTX = 4096
 DEFAULT_TREE_LEAVES = 64
 
 
-@dataclass
-class ForwardStats:
-    """What the adapter spent: ``llama_decode`` calls, tokens fed, and seconds in cache
-    bookkeeping (common prefix, removal, batch filling), in ``llama_decode`` itself, and in
-    :func:`probabilities` (the same fields as the transformers backend's)."""
-
-    calls: int = 0
-    tokens_fed: int = 0
-    bookkeeping_s: float = 0.0
-    forward_s: float = 0.0
-    softmax_s: float = 0.0
-
-    def reset(self) -> None:
-        self.calls = self.tokens_fed = 0
-        self.bookkeeping_s = self.forward_s = self.softmax_s = 0.0
-
-
-class LlamaCppModel:
+class LlamaCppModel(PrefixCachedModel):
     """A GGUF causal LM with a reusable llama.cpp KV cache: ``next_dist``, block ``score`` and
     ``score_tree``.
 
@@ -118,11 +101,6 @@ class LlamaCppModel:
         self.close()
 
     @property
-    def cached_tokens(self) -> list[int]:
-        """The tokens whose keys and values the cache holds (a copy)."""
-        return list(self._cached)
-
-    @property
     def cache_length(self) -> int:
         """How many positions the KV cache itself holds for the sequence (0 when empty)."""
         return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
@@ -132,29 +110,11 @@ class LlamaCppModel:
         llama_cpp.llama_memory_clear(self._memory, True)
         self._cached = []
 
-    def check_fits(self, n_prompt: int, n_new: int = 0) -> None:
-        """Raise ``ValueError`` unless a prompt of ``n_prompt`` tokens plus ``n_new`` fits."""
-        if n_prompt < 1:
-            raise ValueError("the prompt is empty: a causal LM needs at least one token")
-        if n_prompt + n_new > self.context_window:
-            raise ValueError(
-                f"prompt ({n_prompt} tokens) plus {n_new} new tokens exceeds the model's context "
-                f"window of {self.context_window} tokens"
-            )
-
-    def next_dist(self, prefix: Sequence[int]) -> np.ndarray:
-        """The distribution (float64, shape (V,)) of the token after ``prefix``."""
-        return self._dists(list(prefix), 1)[0]
-
-    def score(self, prefix: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
-        """Rows i = 0..len(tokens): the distribution after ``prefix + tokens[:i]``, in one pass."""
-        return self._dists(list(prefix) + list(tokens), len(tokens) + 1)
-
     def _dists(self, sequence: list[int], n_rows: int) -> np.ndarray:
         """Probabilities after each of the last ``n_rows`` prefixes of ``sequence``."""
         start = time.perf_counter()
         self.check_fits(len(sequence) - n_rows + 1, n_rows - 1)
-        keep = self._trim(min(_common_prefix(self._cached, sequence), len(sequence) - n_rows))
+        keep = self._trim(min(common_prefix(self._cached, sequence), len(sequence) - n_rows))
         new = sequence[keep:]
         self._check_ids(new)
         first_row = len(new) - n_rows  # the first fed token whose logits are asked for
@@ -214,7 +174,7 @@ class LlamaCppModel:
                 f"max_tree_leaves={self.max_tree_leaves}"
             )
         self.check_fits(len(prefix), len(tokens))  # every node takes a KV cell for this pass
-        keep = self._trim(min(_common_prefix(self._cached, prefix), len(prefix) - 1))
+        keep = self._trim(min(common_prefix(self._cached, prefix), len(prefix) - 1))
         new = prefix[keep:]
         self._check_ids(new + tokens)
         for seq in range(1, n_paths + 1):
@@ -299,21 +259,6 @@ def _path_sequences(parents: Sequence[int]) -> tuple[list[tuple[int, ...]], list
             seqs[node].add(seq)
             node = parents[node]
     return [tuple(sorted(s)) for s in seqs], depths
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (C-speed in the usual case)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]: bisect on list equality
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def load_model(

@@ -1,0 +1,84 @@
+"""What every real-model backend shares: a KV cache keyed by the tokens it covers.
+
+The model interface is stateless (every call passes the full prefix), but re-running a prefix on
+every call would cost a whole prompt per token. A backend therefore keeps one KV cache plus the
+list of tokens it covers; on each call it finds the longest common prefix with the requested
+sequence, drops the rest of its cache (keeping at most up to the last committed token, whose
+logits are needed again) and feeds the remainder. :class:`PrefixCachedModel` holds the part that
+is the same for every backend; a backend writes ``_dists`` (and ``reset``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class ForwardStats:
+    """What a backend spent: forward calls, tokens fed, and seconds in cache bookkeeping (common
+    prefix, trimming, input building), in the forward pass itself, and in turning logits into
+    probabilities."""
+
+    calls: int = 0
+    tokens_fed: int = 0
+    bookkeeping_s: float = 0.0
+    forward_s: float = 0.0
+    softmax_s: float = 0.0
+
+    def reset(self) -> None:
+        self.calls = self.tokens_fed = 0
+        self.bookkeeping_s = self.forward_s = self.softmax_s = 0.0
+
+
+class PrefixCachedModel:
+    """``next_dist``, block ``score`` and the context-window check, on top of a backend's
+    ``_dists(sequence, n_rows)``: the probabilities after each of the last ``n_rows`` prefixes of
+    ``sequence``, reusing the cached prefix (``_cached``: the tokens the cache covers)."""
+
+    vocab_size: int
+    context_window: int
+    _cached: list[int]
+
+    def _dists(self, sequence: list[int], n_rows: int) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose keys and values the cache holds (a copy)."""
+        return list(self._cached)
+
+    def check_fits(self, n_prompt: int, n_new: int = 0) -> None:
+        """Raise ``ValueError`` unless a prompt of ``n_prompt`` tokens plus ``n_new`` fits."""
+        if n_prompt < 1:
+            raise ValueError("the prompt is empty: a causal LM needs at least one token")
+        if n_prompt + n_new > self.context_window:
+            raise ValueError(
+                f"prompt ({n_prompt} tokens) plus {n_new} new tokens exceeds the model's context "
+                f"window of {self.context_window} tokens"
+            )
+
+    def next_dist(self, prefix: Sequence[int]) -> np.ndarray:
+        """The distribution (float64, shape (V,)) of the token after ``prefix``."""
+        return self._dists(list(prefix), 1)[0]
+
+    def score(self, prefix: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
+        """Rows i = 0..len(tokens): the distribution after ``prefix + tokens[:i]``, in one pass."""
+        return self._dists(list(prefix) + list(tokens), len(tokens) + 1)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (C-speed in the usual case)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]: bisect on list equality
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
