@@ -22,6 +22,8 @@ class Step:
     ``accepted`` how many of them were kept (bonus and residual tokens are not counted), and
     ``draft_calls`` the draft forward calls spent (one per drafted chain token; one per tree
     position whose children were drafted, since siblings share one draft distribution).
+    ``drafter`` names the drafter whose tokens were verified ("" when nothing was drafted), so
+    a policy choosing among several drafters can estimate each one's acceptance from the trace.
     """
 
     emitted: list[int]
@@ -30,6 +32,7 @@ class Step:
     draft_calls: int = 0
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
+    drafter: str = ""
 
     def cut_at_stop(self, stop_tokens: Collection[int]) -> Step:
         """This step with everything after its first stop token removed."""
@@ -47,6 +50,7 @@ class Trace:
     drafted_lengths: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
     draft_call_counts: list[int] = field(default_factory=list)
+    drafter_names: list[str] = field(default_factory=list)
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
 
@@ -90,6 +94,7 @@ class Trace:
         self.drafted_lengths.append(step.drafted)
         self.accepted_lengths.append(step.accepted)
         self.draft_call_counts.append(step.draft_calls)
+        self.drafter_names.append(step.drafter)
         self.tokens.extend(step.emitted)
         self.draft_seconds += step.draft_seconds
         self.target_seconds += step.target_seconds

@@ -1,0 +1,129 @@
+"""The auto policy: before each step, the drafter and k that maximise expected tokens per second.
+
+Options considered before every step:
+
+* a plain target pass (k = 0): 1 token for ``cost(1)``;
+* each deterministic drafter (prompt lookup, suffix): its proposal is computed first (free, and
+  its length is known before verifying), then every prefix of it of length j is worth
+  E(beta, j) tokens for ``cost(j + 1)``, beta being that drafter's estimated acceptance;
+* the draft model, k = 1..k_max: E(alpha, k) tokens for ``cost(k + 1) + k * draft_seconds``.
+
+E(a, j) = 1 + a + ... + a^j is the expected tokens of a pass that verifies j drafts each
+accepted with probability a (:func:`~spec_decode.drafting.policies.expected_tokens_per_pass`),
+``cost`` the calibrated :class:`~spec_decode.drafting.costs.CostCurve`. The option with the most
+expected tokens per second wins; ties go to the cheaper option listed first, so with no evidence
+of gain the policy decodes plainly. On a CPU where a draft token costs 0.64 of a target token and
+2 tokens 1.55x of one, no acceptance rate makes the draft model pay, and it is never chosen.
+
+Acceptance per drafter is the Beta posterior mean of :func:`~spec_decode.drafting.policies.
+estimated_alpha` over that drafter's steps among the last ``memory`` steps. Old evidence expires,
+so a drafter that stopped being chosen returns to its prior and is tried again a while later
+(with the default prior a one-token probe, which costs at most 0.55 of a pass every ``memory``
+steps on this CPU's curve).
+
+Exactness: the choice reads the context, the trace and the fixed curve, never the clock nor the
+step's own random draws, so :func:`~spec_decode.core.generate.planned_step` stays exact; the
+exhaustive and statistical certificates run this planner with a fixed curve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from spec_decode.core.generate import StepFunction, planned_step
+from spec_decode.core.models import Model
+from spec_decode.core.rules import Rule, exact_rule
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.trace import Trace
+from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.drafters import Drafter
+from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
+
+
+class _NoRandomness:
+    """The source a deterministic drafter is peeked with: drawing from it is a bug."""
+
+    def _refuse(self, *args: object) -> int:
+        raise ValueError("a drafter the auto policy treats as deterministic drew randomness")
+
+    bernoulli = categorical = uniform = _refuse
+
+
+@dataclass(frozen=True)
+class AutoPlanner:
+    """Chooses the drafter and k (0 included) that maximise expected tokens per second.
+
+    Parameters
+    ----------
+    costs
+        The calibrated cost curve (fixed during a run).
+    drafters
+        The drafters by name. Every one except ``model`` must be deterministic (draw no
+        randomness, report one-hot q) and satisfy ``propose(c, j) == propose(c, k)[:j]``.
+    model
+        The name of the draft-model drafter in ``drafters``, or ``None`` when there is none;
+        needs ``costs.draft_seconds``.
+    k_max
+        The most tokens drafted in one step.
+    prior_alpha, prior_weight
+        The Beta prior of every drafter's acceptance: mean and weight in trials.
+    memory
+        Only the last ``memory`` steps inform the acceptance estimates.
+    """
+
+    costs: CostCurve
+    drafters: Mapping[str, Drafter]
+    model: str | None = None
+    k_max: int = 16
+    prior_alpha: float = 0.6
+    prior_weight: float = 2.0
+    memory: int = 32
+
+    def __post_init__(self) -> None:
+        if self.model is not None:
+            if self.model not in self.drafters:
+                raise ValueError(f"the model drafter {self.model!r} is not among the drafters")
+            if self.costs.draft_seconds is None:
+                raise ValueError("a draft model needs costs.draft_seconds")
+        if self.k_max < 0 or self.memory < 1:
+            raise ValueError(f"need k_max >= 0 and memory >= 1, got {self.k_max}, {self.memory}")
+        if not 0 <= self.prior_alpha <= 1 or not self.prior_weight > 0:
+            raise ValueError(
+                f"need prior_alpha in [0, 1] and prior_weight > 0, got {self.prior_alpha}, "
+                f"{self.prior_weight}"
+            )
+
+    def plan(self, context: list[int], trace: Trace, k_max: int) -> tuple[str, int]:
+        """The (drafter name, k) with the most expected tokens per second; ("", 0) is a plain
+        target pass."""
+        cap = min(self.k_max, k_max)
+        best, best_rate = ("", 0), 1.0 / self.costs.target(1)
+        if cap == 0:
+            return best
+        for name, drafter in self.drafters.items():
+            if name == self.model:
+                continue
+            tokens, _ = drafter.propose(context, cap, _NoRandomness())
+            beta = self._acceptance(trace, name)
+            for j in range(1, len(tokens) + 1):
+                rate = expected_tokens_per_pass(beta, j) / self.costs.target(j + 1)
+                if rate > best_rate:
+                    best, best_rate = (name, j), rate
+        if self.model is not None:
+            alpha, draft = self._acceptance(trace, self.model), self.costs.draft_seconds or 0.0
+            for k in range(1, cap + 1):
+                rate = expected_tokens_per_pass(alpha, k) / (self.costs.target(k + 1) + k * draft)
+                if rate > best_rate:
+                    best, best_rate = (self.model, k), rate
+        return best
+
+    def _acceptance(self, trace: Trace, name: str) -> float:
+        return estimated_alpha(trace, self.prior_alpha, self.prior_weight, name, self.memory)
+
+
+def auto_step(
+    target: Model, planner: AutoPlanner, sampling: SamplingParams, rule: Rule = exact_rule
+) -> StepFunction:
+    """The chain step whose drafter and k ``planner`` chooses before each pass."""
+    return planned_step(target, planner.drafters, planner, rule, sampling)
