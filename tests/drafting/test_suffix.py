@@ -4,14 +4,11 @@ that must FAIL."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pytest
 
 from spec_decode import SamplingParams, draft_from_target, random_markov
 from spec_decode.certify.exhaustive import exact_output_distribution
-from spec_decode.core.models import Model
 from spec_decode.drafting.policies import FixedK, ScheduleK
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixIndex
 
@@ -123,24 +120,9 @@ def test_suffix_drafter_is_exact(shape, sampling):
     assert result.tv < TOLERANCE
 
 
-class SuffixWithModelQ:
-    """BROKEN on purpose: the suffix drafter's deterministic proposal reported with the draft
-    model's rows as q, as if the tokens had been sampled from them."""
-
-    def __init__(self, draft: Model) -> None:
-        self.draft, self.vocab_size = draft, draft.vocab_size
-        self.suffix = SuffixDrafter(draft.vocab_size, max_match=3, min_probability=0.0)
-
-    def propose(self, prefix: Sequence[int], k: int, rng: object) -> tuple[list[int], np.ndarray]:
-        tokens, _ = self.suffix.propose(prefix, k, rng)
-        contexts = [list(prefix) + tokens[:i] for i in range(len(tokens))]
-        return tokens, np.array([self.draft.next_dist(c) for c in contexts]).reshape(-1, 3)
-
-
-def test_suffix_drafter_reporting_a_model_q_fails():
+def test_suffix_drafter_reporting_a_model_q_fails(reports_model_q):
     target = random_markov(3, seed=5)
     draft = draft_from_target(target, 0.5, seed=6)
-    result = exact_output_distribution(
-        target, None, [0, 1, 2, 0, 1], 4, FixedK(2), drafter=SuffixWithModelQ(draft)
-    )
+    broken = reports_model_q(SuffixDrafter(3, max_match=3, min_probability=0.0), draft)
+    result = exact_output_distribution(target, None, [0, 1, 2, 0, 1], 4, FixedK(2), drafter=broken)
     assert result.tv > 1e-3
