@@ -151,3 +151,10 @@ def test_an_unknown_device_is_refused(tmp_path, tiny_qwen2_folder):
 
     with pytest.raises(ValueError, match="unknown device"):
         load_model(tiny_qwen2_folder(tmp_path / "tiny", seed=0), device="tpu")
+
+
+def test_a_context_window_too_short_for_the_blocks_is_refused(model):
+    model.context_window = 10
+    with pytest.raises(ValueError, match="too small"):
+        calibration.measure_passes(model, max_block=17)
+    assert len(calibration.measure_passes(model, max_block=4, repetitions=1)) == 4

@@ -39,14 +39,19 @@ def measure_passes(model: Model, max_block: int = MAX_BLOCK, repetitions: int = 
     """Median seconds of a pass scoring n tokens on a warm cache, for n = 1..``max_block``.
 
     The model's cache (if it has ``reset``) is cleared first and filled with a fixed context
-    of :data:`CONTEXT` token ids, untimed.
+    of :data:`CONTEXT` token ids (fewer if the context window is short), untimed.
     """
     if max_block < 1 or repetitions < 1:
         raise ValueError(
             f"need max_block >= 1 and repetitions >= 1, got {max_block}, {repetitions}"
         )
-    ids = [(17 + 31 * i) % model.vocab_size for i in range(CONTEXT + max_block)]
-    prefix, extra = ids[:CONTEXT], ids[CONTEXT:]
+    context = min(CONTEXT, getattr(model, "context_window", CONTEXT + max_block) - max_block)
+    if context < 1:
+        raise ValueError(
+            f"the model's context window is too small to time {max_block}-token passes"
+        )
+    ids = [(17 + 31 * i) % model.vocab_size for i in range(context + max_block)]
+    prefix, extra = ids[:context], ids[context:]
     reset = getattr(model, "reset", None)
     if reset is not None:
         reset()

@@ -38,7 +38,9 @@ from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import Drafter
+from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
+from spec_decode.drafting.suffix import SuffixDrafter
 
 
 class _NoRandomness:
@@ -81,6 +83,8 @@ class AutoPlanner:
     memory: int = 32
 
     def __post_init__(self) -> None:
+        if not self.drafters or len({d.vocab_size for d in self.drafters.values()}) != 1:
+            raise ValueError("the auto policy needs drafters, all over one vocabulary")
         if self.model is not None:
             if self.model not in self.drafters:
                 raise ValueError(f"the model drafter {self.model!r} is not among the drafters")
@@ -93,6 +97,11 @@ class AutoPlanner:
                 f"need prior_alpha in [0, 1] and prior_weight > 0, got {self.prior_alpha}, "
                 f"{self.prior_weight}"
             )
+
+    @property
+    def vocab_size(self) -> int:
+        """The drafters' common vocabulary size."""
+        return next(iter(self.drafters.values())).vocab_size
 
     def plan(self, context: list[int], trace: Trace, k_max: int) -> tuple[str, int]:
         """The (drafter name, k) with the most expected tokens per second; ("", 0) is a plain
@@ -120,6 +129,20 @@ class AutoPlanner:
 
     def _acceptance(self, trace: Trace, name: str) -> float:
         return estimated_alpha(trace, self.prior_alpha, self.prior_weight, name, self.memory)
+
+
+def auto_planner(
+    costs: CostCurve, vocab_size: int, model_drafter: Drafter | None = None, k_max: int = 16
+) -> AutoPlanner:
+    """The default auto planner: prompt lookup and the suffix drafter, plus ``model_drafter``
+    (named "draft") when given, drafting at most ``k_max`` tokens a step."""
+    drafters: dict[str, Drafter] = {
+        "lookup": PromptLookupDrafter(vocab_size),
+        "suffix": SuffixDrafter(vocab_size),
+    }
+    if model_drafter is not None:
+        drafters["draft"] = model_drafter
+    return AutoPlanner(costs, drafters, None if model_drafter is None else "draft", k_max)
 
 
 def auto_step(
