@@ -21,7 +21,7 @@ from spec_decode import (
     random_markov,
 )
 from spec_decode.certify.exhaustive import exact_output_distribution
-from spec_decode.core.generate import generate, planned_step
+from spec_decode.core.generate import Plan, generate, planned_step
 from spec_decode.core.rules import exact_rule
 from spec_decode.drafting.drafters import ModelDrafter
 
@@ -82,7 +82,7 @@ def test_an_unknown_drafter_name_is_refused(pair32):
 
     class Planner:
         def plan(self, context, trace, k_max):
-            return "nobody", 1
+            return Plan("nobody", 1)
 
     step = planned_step(
         target, {"model": ModelDrafter(draft)}, Planner(), exact_rule, SamplingParams()

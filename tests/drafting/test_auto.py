@@ -14,7 +14,7 @@ from spec_decode.certify.statistical import statistical_certificate
 from spec_decode.core.generate import generate
 from spec_decode.core.models import Model
 from spec_decode.core.trace import Step
-from spec_decode.drafting.auto import AutoPlanner, auto_step
+from spec_decode.drafting.auto import AutoPlanner, auto_step, counterfactual_alpha
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
@@ -47,40 +47,59 @@ def history(*steps: tuple[str, int, int]) -> Trace:
     return trace
 
 
+def watched(emitted: list[int], proposal_length: int, right: bool) -> Trace:
+    """Plain passes emitting ``emitted`` one token each, while lookup and suffix proposed the
+    next ``proposal_length`` tokens (``right``) or something else (wrong from the first)."""
+    trace = Trace()
+    for i, token in enumerate(emitted):
+        ahead = emitted[i : i + proposal_length] if right else [7] * proposal_length
+        trace.record(Step([token], proposals={"lookup": ahead, "suffix": ahead}))
+    return trace
+
+
 def test_on_this_cpu_the_draft_model_never_pays():
     auto = planner(CPU, random_markov(8, seed=0))
     perfect = history(*[("draft", 4, 4)] * 30)  # even after 120 of 120 drafts accepted
-    assert auto.plan(FRESH, perfect, 16) == ("", 0)
-    assert auto.plan(FRESH, Trace(), 16) == ("", 0)
+    assert auto.plan(FRESH, perfect, 16)[:2] == ("", 0)
+    assert auto.plan(FRESH, Trace(), 16)[:2] == ("", 0)
 
 
 def test_on_a_flat_curve_the_draft_model_drafts_long():
     auto = planner(FLAT, random_markov(8, seed=0), k_max=8)
-    name, k = auto.plan(FRESH, history(*[("draft", 8, 8)] * 10), 16)
-    assert (name, k) == ("draft", 8)
-    assert auto.plan(FRESH, Trace(), 16)[0] == "draft"
+    assert auto.plan(FRESH, history(*[("draft", 8, 8)] * 10), 16)[:2] == ("draft", 8)
+    assert auto.plan(FRESH, Trace(), 16).drafter == "draft"
 
 
-def test_a_free_proposal_is_tried_short_then_longer_as_it_succeeds():
+def test_free_proposals_are_judged_by_what_was_emitted_since():
     auto = planner(CPU)
-    assert auto.plan(REPEATING, Trace(), 16)[1] == 1  # prior 0.6: one token pays, two do not
-    name, k = auto.plan(REPEATING, history(*[("suffix", 3, 3)] * 10), 16)
-    assert (name, k) == ("suffix", 3)  # its whole proposal "3 1 2", worth it at beta ~0.98
-    assert auto.plan(FRESH, Trace(), 16) == ("", 0)  # nothing to propose: plain pass
+    plan = auto.plan(REPEATING, Trace(), 16)
+    assert plan.k == 1  # prior 0.6: one token pays, two do not
+    assert plan.proposals == {"lookup": [3, 1, 2], "suffix": [3, 1, 2]}
+    right = watched([1, 2, 3] * 10, 3, right=True)
+    assert auto.plan(REPEATING, right, 16)[:2] == ("lookup", 3)  # both propose "3 1 2"
+    wrong = watched([1, 2, 3] * 10, 3, right=False)
+    assert auto.plan(REPEATING, wrong, 16)[:2] == ("", 0)
+    expired = watched([1, 2, 3] * 10, 3, right=False)
+    for _ in range(32):  # steps without proposals: the failures leave the memory
+        expired.record(Step([0]))
+    assert auto.plan(REPEATING, expired, 16).k == 1
+    assert auto.plan(FRESH, right, 16)[:2] == ("", 0)  # nothing to propose: plain pass
 
 
-def test_failing_drafters_stop_and_are_retried_once_the_evidence_expires():
-    auto = planner(CPU, memory=8)
-    failures = history(*[("lookup", 1, 0), ("suffix", 1, 0)] * 4)
-    assert auto.plan(REPEATING, failures, 16) == ("", 0)
-    expired = history(*[("lookup", 1, 0), ("suffix", 1, 0)] * 4, *[("", 0, 0)] * 8)
-    assert auto.plan(REPEATING, expired, 16)[1] == 1
+def test_counterfactual_alpha_counts_matches_and_the_first_miss():
+    trace = Trace()
+    trace.record(Step([4], proposals={"lookup": [4, 5, 6]}))  # then 5, then 9: 2 hits, 1 miss
+    trace.record(Step([5, 9]))
+    trace.record(Step([1], proposals={"lookup": [1, 2]}))  # 1 hit, then nothing emitted yet
+    assert counterfactual_alpha(trace, "lookup", 0.5, 2.0, 32) == (3 + 1) / (4 + 2)
+    assert counterfactual_alpha(trace, "lookup", 0.5, 2.0, 1) == (1 + 1) / (1 + 2)
+    assert counterfactual_alpha(trace, "suffix", 0.5, 2.0, 32) == 0.5
 
 
 def test_the_cap_and_the_last_step_are_respected():
     auto = planner(FLAT, random_markov(8, seed=0), k_max=3)
-    assert auto.plan(REPEATING, Trace(), 16)[1] <= 3
-    assert auto.plan(REPEATING, Trace(), 0) == ("", 0)
+    assert auto.plan(REPEATING, Trace(), 16).k <= 3
+    assert auto.plan(REPEATING, Trace(), 0)[:2] == ("", 0)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -97,15 +97,26 @@ def generate(
     return trace
 
 
+class Plan(NamedTuple):
+    """A planner's choice: ask drafter ``drafter`` for ``k`` tokens (k = 0: a plain target pass).
+
+    ``proposals`` are the deterministic proposals the planner looked at, recorded in the step.
+    """
+
+    drafter: str
+    k: int
+    proposals: Mapping[str, Sequence[int]] = {}
+
+
 class Planner(Protocol):
     """Chooses, before each chain step, which drafter to ask and for how many tokens.
 
-    ``plan(context, trace, k_max)`` returns ``(name, k)`` with 0 <= k <= ``k_max`` (k = 0: a
-    plain target pass). Exactness holds for any choice made from the past (context and trace),
-    never from the random draws of the step itself; see :func:`planned_step`.
+    ``plan(context, trace, k_max)`` returns a :class:`Plan` with 0 <= k <= ``k_max``. Exactness
+    holds for any choice made from the past (context and trace), never from the random draws of
+    the step itself; see :func:`planned_step`.
     """
 
-    def plan(self, context: list[int], trace: Trace, k_max: int) -> tuple[str, int]: ...
+    def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan: ...
 
 
 @dataclass(frozen=True)
@@ -114,11 +125,11 @@ class _PolicyPlanner:
 
     policy: KPolicy
 
-    def plan(self, context: list[int], trace: Trace, k_max: int) -> tuple[str, int]:
+    def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan:
         k = self.policy.next_k(trace)
         if k < 0:
             raise ValueError(f"the k policy chose k = {k}; it must be >= 0")
-        return _ONLY, min(k, k_max)
+        return Plan(_ONLY, min(k, k_max))
 
 
 _ONLY = "drafter"
@@ -151,7 +162,7 @@ def planned_step(
 
     def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
         k_max = remaining - 1  # a step emits at most k + 1 tokens: no overshoot
-        name, k = planner.plan(context, trace, k_max)
+        name, k, proposals = planner.plan(context, trace, k_max)
         if not 0 <= k <= k_max:
             raise ValueError(f"the planner chose k = {k}; it must lie in [0, {k_max}]")
         if k and name not in drafters:
@@ -163,10 +174,12 @@ def planned_step(
         raw_p, draft_s, target_s = _timed_scores(target, context, drafted, start)
         p = sampling.warp(raw_p)
         if not drafted:
-            return Step([source.categorical(p[0])], target_seconds=target_s)
+            return Step([source.categorical(p[0])], target_seconds=target_s, proposals=proposals)
         emitted = check_emitted(rule(p, q, drafted, source), len(drafted), vocab_size)
-        accepted = _leading_matches(drafted, emitted)
-        return Step(emitted, len(drafted), accepted, len(drafted), draft_s, target_s, name)
+        accepted = leading_matches(drafted, emitted)
+        return Step(
+            emitted, len(drafted), accepted, len(drafted), draft_s, target_s, name, proposals
+        )
 
     return step
 
@@ -350,8 +363,8 @@ def _required(draft: Model | None) -> Model:
     return draft
 
 
-def _leading_matches(drafted: list[int], emitted: list[int]) -> int:
-    """How many drafted tokens the step kept: the length of the common prefix."""
+def leading_matches(drafted: Sequence[int], emitted: Sequence[int]) -> int:
+    """How many drafted tokens a step kept: the length of the common prefix."""
     for i, (d, e) in enumerate(zip(drafted, emitted, strict=False)):
         if d != e:
             return i

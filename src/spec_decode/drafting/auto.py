@@ -15,11 +15,15 @@ expected tokens per second wins; ties go to the cheaper option listed first, so 
 of gain the policy decodes plainly. On a CPU where a draft token costs 0.64 of a target token and
 2 tokens 1.55x of one, no acceptance rate makes the draft model pay, and it is never chosen.
 
-Acceptance per drafter is the Beta posterior mean of :func:`~spec_decode.drafting.policies.
-estimated_alpha` over that drafter's steps among the last ``memory`` steps. Old evidence expires,
-so a drafter that stopped being chosen returns to its prior and is tried again a while later
-(with the default prior a one-token probe, which costs at most 0.55 of a pass every ``memory``
-steps on this CPU's curve).
+Acceptance is a Beta posterior mean over the last ``memory`` steps. For the draft model it counts
+the drafts it actually had verified (:func:`~spec_decode.drafting.policies.estimated_alpha`). A
+deterministic drafter needs no trial at all: every step records what it would have proposed
+(``Step.proposals``), and the tokens emitted since then say how much of that proposal the target
+would have accepted (:func:`counterfactual_alpha`). This is sound, not a heuristic: whatever the
+policy did, the output is distributed as target-only sampling, so the next emitted token equals a
+proposed token x with probability p(x), which is exactly the chance the exact rule accepts a
+one-hot draft of x; the same holds token by token along the proposal. So lookup and suffix are
+judged while plain passes run, and chosen the moment the text starts repeating.
 
 Exactness: the choice reads the context, the trace and the fixed curve, never the clock nor the
 step's own random draws, so :func:`~spec_decode.core.generate.planned_step` stays exact; the
@@ -31,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spec_decode.core.generate import StepFunction, planned_step
+from spec_decode.core.generate import Plan, StepFunction, leading_matches, planned_step
 from spec_decode.core.models import Model
 from spec_decode.core.rules import Rule, exact_rule
 from spec_decode.core.sampling import SamplingParams
@@ -103,32 +107,55 @@ class AutoPlanner:
         """The drafters' common vocabulary size."""
         return next(iter(self.drafters.values())).vocab_size
 
-    def plan(self, context: list[int], trace: Trace, k_max: int) -> tuple[str, int]:
-        """The (drafter name, k) with the most expected tokens per second; ("", 0) is a plain
-        target pass."""
+    def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan:
+        """The drafter and k with the most expected tokens per second (("", 0): a plain target
+        pass), with every deterministic drafter's proposal (at most ``k_max`` tokens)."""
         cap = min(self.k_max, k_max)
         best, best_rate = ("", 0), 1.0 / self.costs.target(1)
+        proposals: dict[str, list[int]] = {}
         if cap == 0:
-            return best
+            return Plan(*best)
         for name, drafter in self.drafters.items():
             if name == self.model:
                 continue
-            tokens, _ = drafter.propose(context, cap, _NoRandomness())
-            beta = self._acceptance(trace, name)
-            for j in range(1, len(tokens) + 1):
+            proposals[name], _ = drafter.propose(context, cap, _NoRandomness())
+            beta = counterfactual_alpha(
+                trace, name, self.prior_alpha, self.prior_weight, self.memory
+            )
+            for j in range(1, len(proposals[name]) + 1):
                 rate = expected_tokens_per_pass(beta, j) / self.costs.target(j + 1)
                 if rate > best_rate:
                     best, best_rate = (name, j), rate
         if self.model is not None:
-            alpha, draft = self._acceptance(trace, self.model), self.costs.draft_seconds or 0.0
+            alpha = estimated_alpha(
+                trace, self.prior_alpha, self.prior_weight, self.model, self.memory
+            )
+            draft = self.costs.draft_seconds or 0.0
             for k in range(1, cap + 1):
                 rate = expected_tokens_per_pass(alpha, k) / (self.costs.target(k + 1) + k * draft)
                 if rate > best_rate:
                     best, best_rate = (self.model, k), rate
-        return best
+        return Plan(*best, proposals)
 
-    def _acceptance(self, trace: Trace, name: str) -> float:
-        return estimated_alpha(trace, self.prior_alpha, self.prior_weight, name, self.memory)
+
+def counterfactual_alpha(
+    trace: Trace, name: str, prior_alpha: float, prior_weight: float, last_steps: int
+) -> float:
+    """Posterior mean acceptance of deterministic drafter ``name`` over the last ``last_steps``
+    steps, from what it proposed at each step's start against the tokens emitted since.
+
+    A proposal whose first m tokens match what was emitted holds m successes, and one failure if
+    the next emitted token is known and differs; tokens not yet emitted are not counted. When
+    the drafter was used, this is exactly its verification outcome.
+    """
+    accepted = trials = 0
+    for i in range(max(0, trace.target_passes - last_steps), trace.target_passes):
+        proposal = trace.proposals[i].get(name, ())
+        emitted = trace.tokens[trace.starts[i] : trace.starts[i] + len(proposal)]
+        matched = leading_matches(proposal, emitted)
+        accepted += matched
+        trials += matched + (matched < len(emitted))
+    return (accepted + prior_alpha * prior_weight) / (trials + prior_weight)
 
 
 def auto_planner(
