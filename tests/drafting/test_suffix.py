@@ -51,6 +51,13 @@ def test_proposals_on_hand_made_sequences(context, max_match, min_probability, k
     assert np.array_equal(q.argmax(axis=1), expected) and np.all(q.sum(axis=1) == 1)
 
 
+def test_a_minimum_match_length_ignores_shorter_matches():
+    context = [5, 1, 7, 2, 8, 5]  # only "5" recurs
+    assert SuffixDrafter(10, min_match=1).propose(context, 4, None)[0] == [1, 7, 2, 8]
+    assert SuffixDrafter(10, min_match=2).propose(context, 4, None)[0] == []
+    assert SuffixDrafter(10, min_match=2).propose([*context, 1], 4, None)[0] == [7, 2, 8, 5]
+
+
 def test_a_proposal_capped_at_j_is_the_first_j_tokens():
     context = list(np.random.default_rng(0).integers(0, 3, 60))
     drafter = SuffixDrafter(3, min_probability=0.0)
@@ -85,7 +92,14 @@ def test_the_index_is_cut_at_its_depth():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"vocab_size": 0}, {"max_match": 0}, {"max_tokens": 0}, {"min_probability": 1.5}],
+    [
+        {"vocab_size": 0},
+        {"max_match": 0},
+        {"min_match": 0},
+        {"min_match": 4, "max_match": 3},
+        {"max_tokens": 0},
+        {"min_probability": 1.5},
+    ],
 )
 def test_bad_arguments_are_refused(kwargs):
     with pytest.raises(ValueError):

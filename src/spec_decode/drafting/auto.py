@@ -11,9 +11,10 @@ Options considered before every step:
 E(a, j) = 1 + a + ... + a^j is the expected tokens of a pass that verifies j drafts each
 accepted with probability a (:func:`~spec_decode.drafting.policies.expected_tokens_per_pass`),
 ``cost`` the calibrated :class:`~spec_decode.drafting.costs.CostCurve`. The option with the most
-expected tokens per second wins; ties go to the cheaper option listed first, so with no evidence
-of gain the policy decodes plainly. On a CPU where a draft token costs 0.64 of a target token and
-2 tokens 1.55x of one, no acceptance rate makes the draft model pay, and it is never chosen.
+expected tokens per second wins if it beats a plain pass by ``margin``; ties go to the cheaper
+option listed first, so with no evidence of gain the policy decodes plainly. On a CPU where a
+draft token costs 0.64 of a target token and 2 tokens 1.55x of one, no acceptance rate makes the
+draft model pay, and it is never chosen.
 
 Acceptance is a Beta posterior mean over the last ``memory`` steps. For the draft model it counts
 the drafts it actually had verified (:func:`~spec_decode.drafting.policies.estimated_alpha`). A
@@ -76,15 +77,20 @@ class AutoPlanner:
         The Beta prior of every drafter's acceptance: mean and weight in trials.
     memory
         Only the last ``memory`` steps inform the acceptance estimates.
+    margin
+        Draft only when the best option's expected rate beats a plain pass by this fraction:
+        estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
+        room (a 1-token draft must be accepted more than 55% of the time to break even).
     """
 
     costs: CostCurve
     drafters: Mapping[str, Drafter]
     model: str | None = None
     k_max: int = 16
-    prior_alpha: float = 0.6
+    prior_alpha: float = 0.5
     prior_weight: float = 2.0
-    memory: int = 32
+    memory: int = 8
+    margin: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.drafters or len({d.vocab_size for d in self.drafters.values()}) != 1:
@@ -94,8 +100,11 @@ class AutoPlanner:
                 raise ValueError(f"the model drafter {self.model!r} is not among the drafters")
             if self.costs.draft_seconds is None:
                 raise ValueError("a draft model needs costs.draft_seconds")
-        if self.k_max < 0 or self.memory < 1:
-            raise ValueError(f"need k_max >= 0 and memory >= 1, got {self.k_max}, {self.memory}")
+        if self.k_max < 0 or self.memory < 1 or self.margin < 0:
+            raise ValueError(
+                f"need k_max >= 0, memory >= 1 and margin >= 0, got {self.k_max}, "
+                f"{self.memory}, {self.margin}"
+            )
         if not 0 <= self.prior_alpha <= 1 or not self.prior_weight > 0:
             raise ValueError(
                 f"need prior_alpha in [0, 1] and prior_weight > 0, got {self.prior_alpha}, "
@@ -111,7 +120,7 @@ class AutoPlanner:
         """The drafter and k with the most expected tokens per second (("", 0): a plain target
         pass), with every deterministic drafter's proposal (at most ``k_max`` tokens)."""
         cap = min(self.k_max, k_max)
-        best, best_rate = ("", 0), 1.0 / self.costs.target(1)
+        best, best_rate = ("", 0), (1.0 + self.margin) / self.costs.target(1)
         proposals: dict[str, list[int]] = {}
         if cap == 0:
             return Plan(*best)
@@ -162,10 +171,12 @@ def auto_planner(
     costs: CostCurve, vocab_size: int, model_drafter: Drafter | None = None, k_max: int = 16
 ) -> AutoPlanner:
     """The default auto planner: prompt lookup and the suffix drafter, plus ``model_drafter``
-    (named "draft") when given, drafting at most ``k_max`` tokens a step."""
+    (named "draft") when given, drafting at most ``k_max`` tokens a step. Lookup and suffix
+    match at least 2 tokens: a one-token match is right too rarely to pay (see
+    :class:`~spec_decode.drafting.suffix.SuffixDrafter`)."""
     drafters: dict[str, Drafter] = {
-        "lookup": PromptLookupDrafter(vocab_size),
-        "suffix": SuffixDrafter(vocab_size),
+        "lookup": PromptLookupDrafter(vocab_size, min_ngram=2),
+        "suffix": SuffixDrafter(vocab_size, min_match=2),
     }
     if model_drafter is not None:
         drafters["draft"] = model_drafter

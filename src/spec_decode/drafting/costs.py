@@ -24,8 +24,10 @@ class CostCurve:
 
     ``sizes`` are the measured block lengths (strictly increasing, from 1), ``seconds`` the pass
     time at each; ``draft_seconds`` is one draft-model token (``None`` without a draft model).
-    Between measured sizes the cost is interpolated linearly; beyond the largest it grows at
-    the mean slope of the upper half of the measurements (never negative).
+    A pass is taken to cost at least as much as any shorter one (a measured dip, such as a
+    median disturbed by other load, would otherwise invite longer drafts); between measured
+    sizes the cost is interpolated linearly, beyond the largest it grows at the mean slope of
+    the upper half of the measurements (never negative).
     """
 
     sizes: tuple[int, ...]
@@ -61,13 +63,17 @@ class CostCurve:
             raise ValueError(f"a target pass scores at least 1 token, got {n_tokens}")
         last = self.sizes[-1]
         if n_tokens <= last:
-            return float(np.interp(n_tokens, self.sizes, self.seconds))
+            return float(np.interp(n_tokens, self.sizes, self._monotone))
         if len(self.sizes) == 1:
             slope = self.seconds[0]  # one point: assume cost proportional to tokens
         else:
             half = (len(self.sizes) - 1) // 2
             slope = (self.seconds[-1] - self.seconds[half]) / (last - self.sizes[half])
-        return self.seconds[-1] + max(slope, 0.0) * (n_tokens - last)
+        return self._monotone[-1] + max(slope, 0.0) * (n_tokens - last)
+
+    @property
+    def _monotone(self) -> np.ndarray:
+        return np.maximum.accumulate(self.seconds)
 
     def relative(self, n_tokens: int) -> float:
         """A pass over ``n_tokens`` tokens in units of a one-token pass."""

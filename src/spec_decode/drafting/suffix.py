@@ -67,9 +67,11 @@ class SuffixIndex:
             self._active = active
             self.tokens.append(token)
 
-    def continuation(self, max_match: int, max_tokens: int, min_probability: float) -> list[int]:
-        """The most frequent continuation of the longest suffix (<= ``max_match`` tokens) that
-        was followed by something before.
+    def continuation(
+        self, max_match: int, max_tokens: int, min_probability: float, min_match: int = 1
+    ) -> list[int]:
+        """The most frequent continuation of the longest suffix (``min_match`` to ``max_match``
+        tokens) that was followed by something before.
 
         Follows the most frequent child (lowest id on ties) while the product of the empirical
         continuation frequencies count(child) / continued(node) stays >= ``min_probability``,
@@ -77,7 +79,12 @@ class SuffixIndex:
         """
         longest = min(max_match, len(self._active) - 1, self.depth - 1)
         node = next(
-            (self._active[m] for m in range(longest, 0, -1) if self._active[m].continued), None
+            (
+                self._active[m]
+                for m in range(longest, min_match - 1, -1)
+                if self._active[m].continued
+            ),
+            None,
         )
         tokens: list[int] = []
         probability = 1.0
@@ -99,8 +106,10 @@ class SuffixDrafter:
     ----------
     vocab_size
         The target's vocabulary size (the drafter has no model of its own).
-    max_match
-        The longest suffix matched.
+    max_match, min_match
+        The longest and the shortest suffix matched. A match of one token is a weak signal
+        (its first token was right 10-20% of the time on the Qwen coder outputs here, against
+        60-100% for matches of 2 to 6 tokens).
     max_tokens
         The most tokens proposed in one step (also never more than the step's k).
     min_probability
@@ -117,14 +126,16 @@ class SuffixDrafter:
     max_match: int = 16
     max_tokens: int = 16
     min_probability: float = 0.1
+    min_match: int = 1
     _index: SuffixIndex = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.vocab_size < 1:
             raise ValueError(f"vocab_size must be >= 1, got {self.vocab_size}")
-        if self.max_match < 1 or self.max_tokens < 1:
+        if not 1 <= self.min_match <= self.max_match or self.max_tokens < 1:
             raise ValueError(
-                f"max_match and max_tokens must be >= 1, got {self.max_match} and {self.max_tokens}"
+                f"need 1 <= min_match <= max_match and max_tokens >= 1, got {self.min_match}, "
+                f"{self.max_match} and {self.max_tokens}"
             )
         if not 0 <= self.min_probability <= 1:
             raise ValueError(f"min_probability must lie in [0, 1], got {self.min_probability}")
@@ -138,6 +149,6 @@ class SuffixDrafter:
             self._index, indexed = SuffixIndex(self._index.depth), 0
         self._index.extend(prefix[indexed:])
         tokens = self._index.continuation(
-            self.max_match, min(k, self.max_tokens), self.min_probability
+            self.max_match, min(k, self.max_tokens), self.min_probability, self.min_match
         )
         return tokens, one_hot_rows(tokens, self.vocab_size)
