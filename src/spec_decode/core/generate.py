@@ -6,8 +6,9 @@ context. A step is one target pass:
 
 * :func:`chain_step` drafts up to k tokens, scores the prefix plus all of them in one pass
   (:func:`~spec_decode.core.models.score`) and lets the chain rule decide what to emit;
-  :func:`planned_step` is the same step with a :class:`Planner` choosing the drafter as well as
-  k (k = 0: a plain target pass);
+  :func:`planned_step` is the same step with a
+  :class:`~spec_decode.drafting.planning.Planner` choosing the drafter as well as k (k = 0: a
+  plain target pass);
 * :func:`tree_step` drafts a token tree, scores every node in one pass
   (:func:`~spec_decode.core.tree.score_tree`) and lets the tree rule walk down it;
 * :func:`target_step` samples one token from the target (the reference distribution).
@@ -22,8 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from spec_decode.core.trace import Step, Trace
 from spec_decode.core.tree import TokenTree, TreeShape, score_tree
 from spec_decode.core.tree_rules import TreeRule, verify_tree
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
+from spec_decode.drafting.planning import ONLY, Planner, PolicyPlanner
 from spec_decode.drafting.policies import FixedK, KPolicy
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter, TreeDrafter
 
@@ -97,50 +98,12 @@ def generate(
     return trace
 
 
-class Plan(NamedTuple):
-    """A planner's choice: ask drafter ``drafter`` for ``k`` tokens (k = 0: a plain target pass).
-
-    ``proposals`` are the deterministic proposals the planner looked at, recorded in the step.
-    """
-
-    drafter: str
-    k: int
-    proposals: Mapping[str, Sequence[int]] = {}
-
-
-class Planner(Protocol):
-    """Chooses, before each chain step, which drafter to ask and for how many tokens.
-
-    ``plan(context, trace, k_max)`` returns a :class:`Plan` with 0 <= k <= ``k_max``. Exactness
-    holds for any choice made from the past (context and trace), never from the random draws of
-    the step itself; see :func:`planned_step`.
-    """
-
-    def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan: ...
-
-
-@dataclass(frozen=True)
-class _PolicyPlanner:
-    """One drafter, k from a :class:`~spec_decode.drafting.policies.KPolicy`."""
-
-    policy: KPolicy
-
-    def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan:
-        k = self.policy.next_k(trace)
-        if k < 0:
-            raise ValueError(f"the k policy chose k = {k}; it must be >= 0")
-        return Plan(_ONLY, min(k, k_max))
-
-
-_ONLY = "drafter"
-
-
 def chain_step(
     target: Model, drafter: Drafter, policy: KPolicy, rule: Rule, sampling: SamplingParams
 ) -> StepFunction:
     """Draft k tokens (k >= 0 from ``policy``), score them in one target pass, verify with
     ``rule`` (see :func:`planned_step`)."""
-    return planned_step(target, {_ONLY: drafter}, _PolicyPlanner(policy), rule, sampling)
+    return planned_step(target, {ONLY: drafter}, PolicyPlanner(policy), rule, sampling)
 
 
 def planned_step(
