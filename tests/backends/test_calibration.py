@@ -160,3 +160,29 @@ def test_a_context_window_too_short_for_the_blocks_is_refused(model):
     with pytest.raises(ValueError, match="too small"):
         calibration.measure_passes(model, max_block=17)
     assert len(calibration.measure_passes(model, max_block=4, repetitions=1)) == 4
+
+
+# ---- the command line --------------------------------------------------------------------------
+
+
+def test_calibrate_command_prints_caches_and_plots(tmp_path, monkeypatch, tiny_qwen2_folder):
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from spec_decode.cli.app import app
+
+    monkeypatch.setenv("SPEC_DECODE_CACHE", str(tmp_path / "cache"))
+    target = str(tiny_qwen2_folder(tmp_path / "target", seed=0))
+    draft = str(tiny_qwen2_folder(tmp_path / "draft", seed=1))
+    args = ["calibrate", "--target", target, "--draft", draft, "--json"]
+    result = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "curve.png")])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["backend"] == "transformers" and payload["block_sizes"] == list(range(1, 18))
+    assert payload["relative"][0] == 1.0 and payload["draft_ms_per_token"] > 0
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    assert len(list((tmp_path / "cache" / "calibration").glob("*.json"))) == 2
+    again = CliRunner().invoke(app, ["calibrate", "--target", target, "--draft", "none"])
+    assert again.exit_code == 0 and "x one token" in again.stdout
+    missing = CliRunner().invoke(app, ["calibrate", "--target", str(tmp_path / "nothing")])
+    assert missing.exit_code == 2
