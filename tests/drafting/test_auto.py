@@ -20,6 +20,7 @@ from spec_decode.drafting.auto import AutoPlanner, auto_step, counterfactual_alp
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
+from spec_decode.drafting.policies import estimated_alpha
 from spec_decode.drafting.suffix import SuffixDrafter
 
 TOLERANCE = 1e-12
@@ -213,3 +214,11 @@ def test_statistical_certificate(broken, reports_model_q):
         significance=SIGNIFICANCE,
     )
     assert certificate.passed != broken, certificate.tests
+
+
+def test_the_model_estimate_counts_only_its_own_recent_steps():
+    trace = history(("draft", 4, 4), ("lookup", 3, 0), ("draft", 4, 1))
+    assert estimated_alpha(trace, 0.5, 2.0, "draft") == (5 + 1) / (6 + 2)
+    assert estimated_alpha(trace, 0.5, 2.0, "draft", last_steps=1) == (1 + 1) / (2 + 2)
+    assert estimated_alpha(trace, 0.5, 2.0, "draft", last_steps=0) == 0.5
+    assert estimated_alpha(trace, 0.5, 2.0) == (5 + 1) / (7 + 2)  # every drafter together

@@ -114,14 +114,13 @@ def estimated_alpha(
     ``drafter`` keeps only the steps that drafter drafted (by its name in the trace);
     ``last_steps`` only the most recent steps, so old evidence expires.
     """
-    steps = list(
-        zip(trace.drafted_lengths, trace.accepted_lengths, trace.drafter_names, strict=True)
-    )
+    names = trace.drafter_names if drafter is not None else [None] * trace.target_passes
+    steps = list(zip(trace.drafted_lengths, trace.accepted_lengths, names, strict=True))
     if last_steps is not None:
         steps = steps[len(steps) - last_steps :] if last_steps else []
     accepted = trials = 0
     for drafted, kept, name in steps:
-        if drafted and (drafter is None or name == drafter):
+        if drafted and name == drafter:
             accepted += kept
             trials += kept + (kept < drafted)
     return (accepted + prior_alpha * prior_weight) / (trials + prior_weight)
