@@ -24,8 +24,9 @@ class CostCurve:
 
     ``sizes`` are the measured block lengths (strictly increasing, from 1), ``seconds`` the pass
     time at each; ``draft_seconds`` is one draft-model token (``None`` without a draft model).
-    A pass is taken to cost at least as much as any shorter one (a measured dip, such as a
-    median disturbed by other load, would otherwise invite longer drafts); between measured
+    A pass is taken to cost at least as much as any shorter one: the measurements are replaced
+    by the closest non-decreasing sequence (a dip or spike from a median disturbed by other load
+    would otherwise invite longer drafts); between measured
     sizes the cost is interpolated linearly, beyond the largest it grows at the mean slope of
     the upper half of the measurements (never negative).
     """
@@ -73,7 +74,16 @@ class CostCurve:
 
     @property
     def _monotone(self) -> np.ndarray:
-        return np.maximum.accumulate(self.seconds)
+        """The closest non-decreasing curve in least squares (pool adjacent violators): a spike
+        is averaged with its neighbours rather than lifting every longer pass to its height."""
+        blocks: list[list[float]] = []  # [sum, count] of each pooled run
+        for value in self.seconds:
+            blocks.append([value, 1])
+            while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+                total, count = blocks.pop()
+                blocks[-1][0] += total
+                blocks[-1][1] += count
+        return np.concatenate([np.full(int(count), total / count) for total, count in blocks])
 
     def relative(self, n_tokens: int) -> float:
         """A pass over ``n_tokens`` tokens in units of a one-token pass."""
