@@ -24,7 +24,8 @@ would have accepted (:func:`counterfactual_alpha`). This is sound, not a heurist
 policy did, the output is distributed as target-only sampling, so the next emitted token equals a
 proposed token x with probability p(x), which is exactly the chance the exact rule accepts a
 one-hot draft of x; the same holds token by token along the proposal. So lookup and suffix are
-judged while plain passes run, and chosen the moment the text starts repeating.
+judged while plain passes run, and chosen once their recent proposals have been right often
+enough to pay on this curve (with the default ``memory`` of 8 steps, a few steps into a copy).
 
 Exactness: the choice reads the context, the trace and the fixed curve, never the clock nor the
 step's own random draws, so :func:`~spec_decode.core.generate.planned_step` stays exact; the
