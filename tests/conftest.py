@@ -7,6 +7,21 @@ import pytest
 from spec_decode import draft_from_target, random_markov
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_cache(tmp_path_factory):
+    """Every test writes prepared models and calibrations to a temporary cache, never the
+    user's (``SPEC_DECODE_CACHE``)."""
+    import os
+
+    before = os.environ.get("SPEC_DECODE_CACHE")
+    os.environ["SPEC_DECODE_CACHE"] = str(tmp_path_factory.mktemp("spec-decode-cache"))
+    yield
+    if before is None:
+        del os.environ["SPEC_DECODE_CACHE"]
+    else:
+        os.environ["SPEC_DECODE_CACHE"] = before
+
+
 @pytest.fixture
 def pair32():
     """A 32-token order-1 target and an 0.8-agreement draft."""

@@ -43,17 +43,25 @@ def choose_backend(requested: str, target: str) -> str:
 
 
 def load(
-    backend: str, name_or_path: str, *, weights: str = "fp16", threads: int | None = None
+    backend: str,
+    name_or_path: str,
+    *,
+    weights: str = "fp16",
+    threads: int | None = None,
+    device: str = "cpu",
 ) -> Loaded:
     """Load ``name_or_path`` (a packaged name, a GGUF file or a transformers folder).
 
-    ``weights`` applies to transformers only (fp16, fp32 or int8 linear layers); ``threads``
-    to llama.cpp only (default: every core).
+    ``weights`` and ``device`` apply to transformers only (on the CPU fp16, fp32 or int8 linear
+    layers; on cuda bf16, fp16 or fp32); ``threads`` to llama.cpp only (default: every core),
+    which runs on the CPU.
     """
     if backend == "llama.cpp":
+        if device != "cpu":
+            raise ValueError("the llama.cpp backend runs on the CPU; use --backend transformers")
         return _load_llamacpp(name_or_path, threads)
     if backend == "transformers":
-        return _load_transformers(name_or_path, weights)
+        return _load_transformers(name_or_path, weights, device)
     raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -94,7 +102,7 @@ def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
     return Loaded(model, tokenizer, tokenizer.eog_ids, time.perf_counter() - start)
 
 
-def _load_transformers(name_or_path: str, weights: str) -> Loaded:
+def _load_transformers(name_or_path: str, weights: str, device: str) -> Loaded:
     from transformers.utils import logging as hf_logging
 
     from spec_decode.backends.transformers import load_model, load_tokenizer
@@ -102,7 +110,7 @@ def _load_transformers(name_or_path: str, weights: str) -> Loaded:
     hf_logging.disable_progress_bar()
     folder = packaged.resolve(name_or_path)
     start = time.perf_counter()
-    model = load_model(folder, weights)
+    model = load_model(folder, weights, device)
     tokenizer = load_tokenizer(folder)
     declared = model.model.generation_config.eos_token_id
     stop = set(

@@ -48,6 +48,9 @@ class TransformersModel(PrefixCachedModel):
         Any ``AutoModelForCausalLM`` (put in eval mode here).
     context_window
         The longest sequence the model may see; defaults to ``config.max_position_embeddings``.
+
+    Inputs are built on the model's device (``device``: where its parameters live) and the
+    probabilities come back to the CPU as float64.
     """
 
     def __init__(self, model: PreTrainedModel, context_window: int | None = None) -> None:
@@ -55,6 +58,7 @@ class TransformersModel(PrefixCachedModel):
         config = model.config.get_text_config(decoder=True)
         self.config = model.config
         self.vocab_size = int(model.get_output_embeddings().out_features)
+        self.device = next(model.parameters()).device
         self.context_window = int(context_window or config.max_position_embeddings)
         self.stats = ForwardStats()
         self._cache = DynamicCache(config=model.config)
@@ -97,22 +101,22 @@ class TransformersModel(PrefixCachedModel):
         if min(new) < 0 or max(new) >= self.vocab_size:
             raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {new}")
         fed = len(prefix) - keep  # committed tokens fed again (at least the last one)
-        visible = torch.ones(len(new), keep + len(new), dtype=torch.bool)
+        visible = torch.ones(len(new), keep + len(new), dtype=torch.bool, device=self.device)
         visible[:, keep:] = torch.tril(visible[:, keep:])  # the prefix part: plain causal
         for i, parent in enumerate(parents):  # a node sees the prefix, its ancestors and itself
             row = visible[fed + i, keep + fed :]
             row[:] = False if parent < 0 else visible[fed + parent, keep + fed :]
             row[i] = True
-        mask = torch.zeros(visible.shape, dtype=self.model.dtype)
+        mask = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
         mask.masked_fill_(~visible, torch.finfo(self.model.dtype).min)
         positions = list(range(keep, len(prefix))) + [len(prefix) - 1 + d for d in depths]
         forward_start = time.perf_counter()
         self.stats.bookkeeping_s += forward_start - start
         with torch.inference_mode():
             out = self.model(
-                input_ids=torch.tensor([new], dtype=torch.long),
+                input_ids=torch.tensor([new], dtype=torch.long, device=self.device),
                 attention_mask=mask[None, None],
-                position_ids=torch.tensor([positions], dtype=torch.long),
+                position_ids=torch.tensor([positions], dtype=torch.long, device=self.device),
                 cache=self._cache,
                 use_cache=True,
                 logits_to_keep=len(tokens) + 1,
@@ -124,7 +128,8 @@ class TransformersModel(PrefixCachedModel):
             self._cache.crop(-len(tokens))
         self._cached.extend(prefix[keep:])
         softmax_start = time.perf_counter()
-        probs = torch.softmax(out.logits[0, -len(tokens) - 1 :].double(), dim=-1).numpy()
+        logits = out.logits[0, -len(tokens) - 1 :]
+        probs = torch.softmax(logits.double(), dim=-1).cpu().numpy()
         self.stats.softmax_s += time.perf_counter() - softmax_start
         return probs
 
@@ -132,7 +137,7 @@ class TransformersModel(PrefixCachedModel):
         """Softmax of the logits at the last ``n_rows`` positions of ``sequence``."""
         logits = self._logits(sequence, n_rows)
         start = time.perf_counter()
-        probs = torch.softmax(logits.double(), dim=-1).numpy()
+        probs = torch.softmax(logits.double(), dim=-1).cpu().numpy()
         self.stats.softmax_s += time.perf_counter() - start
         return probs
 
@@ -147,7 +152,7 @@ class TransformersModel(PrefixCachedModel):
         new = sequence[keep:]
         if min(new) < 0 or max(new) >= self.vocab_size:
             raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {new}")
-        input_ids = torch.tensor([new], dtype=torch.long)
+        input_ids = torch.tensor([new], dtype=torch.long, device=self.device)
         forward_start = time.perf_counter()
         self.stats.bookkeeping_s += forward_start - start
         with torch.inference_mode():
@@ -161,12 +166,30 @@ class TransformersModel(PrefixCachedModel):
         return out.logits[0, -n_rows:]
 
 
-def load_model(path: str | Path, weights: str = "fp16") -> TransformersModel:
-    """Load a local transformers folder onto the CPU with the given linear-layer weight format.
+#: The devices :func:`load_model` accepts.
+DEVICES = ("cpu", "cuda")
+#: Weight formats on CUDA: the GPU's own half-precision matrix kernels (no CPU packing).
+_CUDA_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
-    ``weights`` is ``"fp16"`` (use for targets), ``"int8"`` (cheapest; drafts only) or ``"fp32"``.
+
+def load_model(path: str | Path, weights: str = "fp16", device: str = "cpu") -> TransformersModel:
+    """Load a local transformers folder onto ``device`` with the given weight format.
+
+    On the CPU ``weights`` is the linear-layer format: ``"fp16"`` (use for targets), ``"int8"``
+    (cheapest; drafts only) or ``"fp32"``. On ``"cuda"`` the whole model is loaded in ``"bf16"``,
+    ``"fp16"`` or ``"fp32"`` and runs on the GPU's kernels; whether block scores agree with
+    one-token scores there is a property of those kernels, unmeasured here (no GPU was available).
     """
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
     folder = _existing_folder(path)
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("device cuda requested but torch sees no CUDA device")
+        if weights not in _CUDA_DTYPES:
+            raise ValueError(f"on cuda, weights must be one of {', '.join(_CUDA_DTYPES)}")
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_CUDA_DTYPES[weights])
+        return TransformersModel(model.to("cuda"))
     # Read fp16 and pack each linear layer from it, so no full fp32 copy of the weights ever
     # exists; the remaining parameters (embeddings, norms) then compute in fp32.
     dtype = torch.float32 if weights == "fp32" else torch.float16

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from spec_decode.cli.audit import audit_command
+from spec_decode.cli.calibrate import calibrate_command
 from spec_decode.cli.generate import generate_command
 from spec_decode.cli.models import models_app
 from spec_decode.cli.toy import run, sweep_command, verify
@@ -19,4 +20,5 @@ app.command()(run)
 app.command(name="sweep")(sweep_command)
 app.command(name="audit")(audit_command)
 app.command(name="generate")(generate_command)
+app.command(name="calibrate")(calibrate_command)
 app.add_typer(models_app, name="models")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spec_decode.backends import packaged
+from spec_decode.backends.calibration import cost_curve
 from spec_decode.backends.loading import Loaded, check_pair, choose_backend, load
 from spec_decode.backends.prompts import Tokenizer, encode_prompt
 from spec_decode.cli.models import prepare_with_bar
@@ -30,6 +32,7 @@ from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import verify_tree
+from spec_decode.drafting.auto import AutoPlanner, auto_planner, auto_step
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import POLICY_NAMES, KPolicy, policy_by_name
@@ -63,12 +66,13 @@ class Run:
             "accepted": trace.accepted,
             "acceptance_rate": trace.acceptance_rate,
             "tokens_per_pass": trace.tokens_per_pass,
+            "steps_by_drafter": dict(Counter(trace.drafter_names)),  # "": plain target pass
         }
 
 
 def run_generation(
     target: Model,
-    drafter: Drafter | TreeDrafter | None,
+    drafter: Drafter | TreeDrafter | AutoPlanner | None,
     prompt_ids: list[int],
     max_new_tokens: int,
     k: int | KPolicy,
@@ -83,6 +87,8 @@ def run_generation(
     and each step drafts a token tree of that shape."""
     if drafter is None:
         step = target_step(target, sampling)
+    elif isinstance(drafter, AutoPlanner):
+        step = auto_step(target, drafter, sampling)
     elif tree is not None:
         step = tree_step(target, drafter, tree, verify_tree, sampling)
     else:
@@ -137,14 +143,18 @@ def generate_command(
         ),
     ] = packaged.DEFAULT_DRAFT,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
-    k: Annotated[int, typer.Option("--k", min=1, help="Tokens drafted per step.")] = 4,
+    k: Annotated[
+        int, typer.Option("--k", min=1, help="Tokens drafted per step (auto: the most).")
+    ] = 4,
     policy: Annotated[
         str,
         typer.Option(
-            help=f"How k is chosen before each step, one of {', '.join(POLICY_NAMES)}; adaptive "
+            help=f"How k is chosen before each step: auto, {', '.join(POLICY_NAMES)}. auto picks "
+            "a plain pass, prompt lookup, the suffix drafter or the draft model and k by expected "
+            "tokens per second on this machine's calibrated cost curve (see calibrate); adaptive "
             "ones start at --k; cost measures the draft/target cost ratio as it goes."
         ),
-    ] = "fixed",
+    ] = "auto",
     confidence: Annotated[
         float,
         typer.Option(
@@ -180,12 +190,15 @@ def generate_command(
     threads: Annotated[
         int | None, typer.Option(min=1, help="llama.cpp threads (default: every core).")
     ] = None,
+    device: Annotated[
+        str, typer.Option(help="cpu, or cuda (transformers backend; bf16/fp16/fp32 weights).")
+    ] = "cpu",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generate text with exact speculative decoding on real models (llama.cpp or transformers)."""
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
-        k_policy = policy_by_name(policy, k)
+        k_policy = k if policy == "auto" else policy_by_name(policy, k)
         shape = TreeShape.parse(tree) if tree is not None else None
         if shape is not None and draft == "lookup":
             raise ValueError("--tree needs a draft model; prompt lookup proposes a single chain")
@@ -193,17 +206,17 @@ def generate_command(
             raise ValueError("int8 target weights break block/one-token consistency; use fp16")
         text = prompt if prompt is not None else sys.stdin.read()
         chosen = choose_backend(backend, target)
-        loaded_target = _load(chosen, target, target_weights, threads)
+        loaded_target = _load(chosen, target, target_weights, threads, device)
         target_model, tokenizer = loaded_target.model, loaded_target.tokenizer
         prompt_ids = encode_prompt(tokenizer, text, raw)
         target_model.check_fits(len(prompt_ids), max_new_tokens)
-        drafter: Drafter | TreeDrafter | None = None
+        drafter: Drafter | TreeDrafter | AutoPlanner | None = None
         draft_load = 0.0
         models = [target_model]
         if draft == "lookup" and not no_draft:
             drafter = PromptLookupDrafter(target_model.vocab_size)
         elif not no_draft:
-            loaded_draft = _load(chosen, draft, draft_weights, threads)
+            loaded_draft = _load(chosen, draft, draft_weights, threads, device)
             draft_model, draft_load = loaded_draft.model, loaded_draft.seconds
             draft_model.check_fits(len(prompt_ids), max_new_tokens)
             check_pair(loaded_target, loaded_draft)
@@ -213,6 +226,10 @@ def generate_command(
                 if shape is None
                 else ModelTreeDrafter(draft_model, sampling, replacement=False)
             )
+        if policy == "auto" and shape is None and drafter is not None:
+            model_drafter = drafter if isinstance(drafter, ModelDrafter) else None
+            costs = cost_curve(chosen, target_model, model_drafter and model_drafter.model)
+            drafter = auto_planner(costs, target_model.vocab_size, model_drafter, k)
     except (ValueError, FileNotFoundError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from error
@@ -266,11 +283,13 @@ def generate_command(
     _print_summary(payload, runs)
 
 
-def _load(backend: str, name_or_path: str, weights: str, threads: int | None) -> Loaded:
+def _load(
+    backend: str, name_or_path: str, weights: str, threads: int | None, device: str
+) -> Loaded:
     """Load one model, preparing a packaged one for transformers with a progress bar first."""
     if backend == "transformers" and name_or_path in packaged.PREPARED:
         prepare_with_bar(name_or_path)
-    return load(backend, name_or_path, weights=weights, threads=threads)
+    return load(backend, name_or_path, weights=weights, threads=threads, device=device)
 
 
 def _print_summary(payload: dict[str, object], runs: dict[str, Run]) -> None:

@@ -6,6 +6,9 @@ context. A step is one target pass:
 
 * :func:`chain_step` drafts up to k tokens, scores the prefix plus all of them in one pass
   (:func:`~spec_decode.core.models.score`) and lets the chain rule decide what to emit;
+  :func:`planned_step` is the same step with a
+  :class:`~spec_decode.drafting.planning.Planner` choosing the drafter as well as k (k = 0: a
+  plain target pass);
 * :func:`tree_step` drafts a token tree, scores every node in one pass
   (:func:`~spec_decode.core.tree.score_tree`) and lets the tree rule walk down it;
 * :func:`target_step` samples one token from the target (the reference distribution).
@@ -19,7 +22,7 @@ wrappers that build the step. Acceptance is decided in the rules (:mod:`spec_dec
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -40,6 +43,7 @@ from spec_decode.core.trace import Step, Trace
 from spec_decode.core.tree import TokenTree, TreeShape, score_tree
 from spec_decode.core.tree_rules import TreeRule, verify_tree
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
+from spec_decode.drafting.planning import ONLY, Planner, PolicyPlanner
 from spec_decode.drafting.policies import FixedK, KPolicy
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter, TreeDrafter
 
@@ -97,22 +101,49 @@ def generate(
 def chain_step(
     target: Model, drafter: Drafter, policy: KPolicy, rule: Rule, sampling: SamplingParams
 ) -> StepFunction:
-    """Draft k tokens (k from ``policy``), score them in one target pass, verify with ``rule``."""
+    """Draft k tokens (k >= 0 from ``policy``), score them in one target pass, verify with
+    ``rule`` (see :func:`planned_step`)."""
+    return planned_step(target, {ONLY: drafter}, PolicyPlanner(policy), rule, sampling)
+
+
+def planned_step(
+    target: Model,
+    drafters: Mapping[str, Drafter],
+    planner: Planner,
+    rule: Rule,
+    sampling: SamplingParams,
+) -> StepFunction:
+    """Ask the drafter ``planner`` names for its k tokens, score them in one target pass, verify.
+
+    A step that drafts nothing (k = 0, or a drafter with nothing to propose) samples the target's
+    warped row directly, one categorical draw, without calling ``rule``: that is target-only
+    sampling itself. Otherwise ``rule`` decides what to emit. Which drafter and k were chosen
+    depends only on the context and the trace, so the output is distributed as the target's
+    whenever every drafter reports the q it drew from and the rule is exact.
+    """
     vocab_size = target.vocab_size
 
     def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
-        k_now = policy.next_k(trace)
-        if k_now < 1:
-            raise ValueError(f"the k policy chose k = {k_now}; it must be >= 1")
-        k = min(k_now, remaining - 1)  # a step emits at most k + 1 tokens: no overshoot
+        k_max = remaining - 1  # a step emits at most k + 1 tokens: no overshoot
+        name, k, proposals = planner.plan(context, trace, k_max)
+        if not 0 <= k <= k_max:
+            raise ValueError(f"the planner chose k = {k}; it must lie in [0, {k_max}]")
+        if k and name not in drafters:
+            raise ValueError(f"the planner chose an unknown drafter {name!r}")
         start = time.perf_counter()
-        drafted, q = check_proposal(*drafter.propose(context, k, source), k, vocab_size)
+        drafted, q = [], np.empty((0, vocab_size))
+        if k:
+            drafted, q = check_proposal(*drafters[name].propose(context, k, source), k, vocab_size)
         raw_p, draft_s, target_s = _timed_scores(target, context, drafted, start)
-        emitted = check_emitted(
-            rule(sampling.warp(raw_p), q, drafted, source), len(drafted), vocab_size
+        if not drafted:  # warp the one row only: half the cost of warping a (1, V) block
+            token = source.categorical(sampling.warp(raw_p[0]))
+            return Step([token], target_seconds=target_s, proposals=proposals)
+        p = sampling.warp(raw_p)
+        emitted = check_emitted(rule(p, q, drafted, source), len(drafted), vocab_size)
+        accepted = leading_matches(drafted, emitted)
+        return Step(
+            emitted, len(drafted), accepted, len(drafted), draft_s, target_s, name, proposals
         )
-        accepted = _leading_matches(drafted, emitted)
-        return Step(emitted, len(drafted), accepted, len(drafted), draft_s, target_s)
 
     return step
 
@@ -193,8 +224,8 @@ def generate_speculative(
         How many tokens to emit; the last step drafts at most what is still needed.
     k
         The most tokens drafted per step (k >= 1), or a
-        :class:`~spec_decode.drafting.policies.KPolicy` that chooses it before each step from the
-        trace so far.
+        :class:`~spec_decode.drafting.policies.KPolicy` that chooses it (k >= 0; 0 is a plain
+        target pass) before each step from the trace so far.
     rng
         A numpy ``Generator`` or a :class:`~spec_decode.core.randomness.RandomSource`.
     sampling
@@ -296,8 +327,8 @@ def _required(draft: Model | None) -> Model:
     return draft
 
 
-def _leading_matches(drafted: list[int], emitted: list[int]) -> int:
-    """How many drafted tokens the step kept: the length of the common prefix."""
+def leading_matches(drafted: Sequence[int], emitted: Sequence[int]) -> int:
+    """How many drafted tokens a step kept: the length of the common prefix."""
     for i, (d, e) in enumerate(zip(drafted, emitted, strict=False)):
         if d != e:
             return i

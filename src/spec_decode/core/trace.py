@@ -8,7 +8,7 @@ there is exactly one definition of each.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -22,6 +22,11 @@ class Step:
     ``accepted`` how many of them were kept (bonus and residual tokens are not counted), and
     ``draft_calls`` the draft forward calls spent (one per drafted chain token; one per tree
     position whose children were drafted, since siblings share one draft distribution).
+    ``drafter`` names the drafter whose tokens were verified ("" when nothing was drafted), so
+    a policy choosing among several drafters can estimate each one's acceptance from the trace.
+    ``proposals`` holds what deterministic drafters would have proposed at the step's start
+    (by name, whether used or not): compared with the tokens emitted afterwards, it tells how
+    many of them the target would have accepted (see :mod:`spec_decode.drafting.auto`).
     """
 
     emitted: list[int]
@@ -30,6 +35,8 @@ class Step:
     draft_calls: int = 0
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
+    drafter: str = ""
+    proposals: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
     def cut_at_stop(self, stop_tokens: Collection[int]) -> Step:
         """This step with everything after its first stop token removed."""
@@ -47,6 +54,9 @@ class Trace:
     drafted_lengths: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
     draft_call_counts: list[int] = field(default_factory=list)
+    drafter_names: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    proposals: list[Mapping[str, Sequence[int]]] = field(default_factory=list)
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
 
@@ -90,6 +100,9 @@ class Trace:
         self.drafted_lengths.append(step.drafted)
         self.accepted_lengths.append(step.accepted)
         self.draft_call_counts.append(step.draft_calls)
+        self.drafter_names.append(step.drafter)
+        self.starts.append(len(self.tokens))
+        self.proposals.append(step.proposals)
         self.tokens.extend(step.emitted)
         self.draft_seconds += step.draft_seconds
         self.target_seconds += step.target_seconds

@@ -1,9 +1,9 @@
 """Policies that choose how many tokens to draft before each step.
 
-A policy is consulted with the :class:`~spec_decode.core.trace.Trace` so far and returns k >= 1.
-Reading its state from the trace (not from hidden attributes) keeps a run reproducible and lets
-the exhaustive certificate re-run it down every branch. Exactness never depends on the policy:
-the rule is exact for any k chosen from the past.
+A policy is consulted with the :class:`~spec_decode.core.trace.Trace` so far and returns k >= 0
+(0: a plain target pass). Reading its state from the trace (not from hidden attributes) keeps a
+run reproducible and lets the exhaustive certificate re-run it down every branch. Exactness never
+depends on the policy: the rule is exact for any k chosen from the past.
 
 Three policies ship: :class:`FixedK`; :class:`ScheduleK`, the grow-on-success, shrink-on-rejection
 schedule of Hugging Face's dynamic assistant tokens; and :class:`CostModelK`, which picks the k
@@ -98,20 +98,32 @@ class ScheduleK:
         return k
 
 
-def estimated_alpha(trace: Trace, prior_alpha: float, prior_weight: float) -> float:
+def estimated_alpha(
+    trace: Trace,
+    prior_alpha: float,
+    prior_weight: float,
+    drafter: str | None = None,
+    last_steps: int | None = None,
+) -> float:
     """Posterior mean of the per-token acceptance probability, from a Beta prior and the trace.
 
     Within a step, drafted tokens are tried in order until the first rejection, so a step that
     accepted a of its d drafts holds a successes and one failure when a < d; drafts after the
     first rejection were never tried. (accepted / proposed would count them as failures and
     underestimate alpha.) The prior counts as ``prior_weight`` trials at rate ``prior_alpha``.
+    ``drafter`` keeps only the steps that drafter drafted (by its name in the trace);
+    ``last_steps`` only the most recent steps, so old evidence expires.
     """
-    rejections = sum(
-        accepted < drafted
-        for drafted, accepted in zip(trace.drafted_lengths, trace.accepted_lengths, strict=True)
-    )
-    trials = trace.accepted + rejections
-    return (trace.accepted + prior_alpha * prior_weight) / (trials + prior_weight)
+    names = trace.drafter_names if drafter is not None else [None] * trace.target_passes
+    steps = list(zip(trace.drafted_lengths, trace.accepted_lengths, names, strict=True))
+    if last_steps is not None:
+        steps = steps[len(steps) - last_steps :] if last_steps else []
+    accepted = trials = 0
+    for drafted, kept, name in steps:
+        if drafted and name == drafter:
+            accepted += kept
+            trials += kept + (kept < drafted)
+    return (accepted + prior_alpha * prior_weight) / (trials + prior_weight)
 
 
 def measured_draft_cost(trace: Trace) -> float:

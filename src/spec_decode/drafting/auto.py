@@ -1,0 +1,192 @@
+"""The auto policy: before each step, the drafter and k that maximise expected tokens per second.
+
+Options considered before every step:
+
+* a plain target pass (k = 0): 1 token for ``cost(1)``;
+* each deterministic drafter (prompt lookup, suffix): its proposal is computed first (free, and
+  its length is known before verifying), then every prefix of it of length j is worth
+  E(beta, j) tokens for ``cost(j + 1)``, beta being that drafter's estimated acceptance;
+* the draft model, k = 1..k_max: E(alpha, k) tokens for ``cost(k + 1) + k * draft_seconds``.
+
+E(a, j) = 1 + a + ... + a^j is the expected tokens of a pass that verifies j drafts each
+accepted with probability a (:func:`~spec_decode.drafting.policies.expected_tokens_per_pass`),
+``cost`` the calibrated :class:`~spec_decode.drafting.costs.CostCurve`. The option with the most
+expected tokens per second wins if it beats a plain pass by ``margin``; ties go to the cheaper
+option listed first, so with no evidence of gain the policy decodes plainly. On a CPU where a
+draft token costs 0.64 of a target token and 2 tokens 1.55x of one, no acceptance rate makes the
+draft model pay, and it is never chosen.
+
+Acceptance is a Beta posterior mean over the last ``memory`` steps. For the draft model it counts
+the drafts it actually had verified (:func:`~spec_decode.drafting.policies.estimated_alpha`). A
+deterministic drafter needs no trial at all: every step records what it would have proposed
+(``Step.proposals``), and the tokens emitted since then say how much of that proposal the target
+would have accepted (:func:`counterfactual_alpha`). This is sound, not a heuristic: whatever the
+policy did, the output is distributed as target-only sampling, so the next emitted token equals a
+proposed token x with probability p(x), which is exactly the chance the exact rule accepts a
+one-hot draft of x; the same holds token by token along the proposal. So lookup and suffix are
+judged while plain passes run, and chosen once their recent proposals have been right often
+enough to pay on this curve (with the default ``memory`` of 8 steps, a few steps into a copy).
+
+Exactness: the choice reads the context, the trace and the fixed curve, never the clock nor the
+step's own random draws, so :func:`~spec_decode.core.generate.planned_step` stays exact; the
+exhaustive and statistical certificates run this planner with a fixed curve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from spec_decode.core.generate import StepFunction, leading_matches, planned_step
+from spec_decode.core.models import Model
+from spec_decode.core.rules import Rule, exact_rule
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.trace import Trace
+from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.drafters import Drafter
+from spec_decode.drafting.lookup import PromptLookupDrafter
+from spec_decode.drafting.planning import Plan
+from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
+from spec_decode.drafting.suffix import SuffixDrafter
+
+
+class _NoRandomness:
+    """The source a deterministic drafter is peeked with: drawing from it is a bug."""
+
+    def _refuse(self, *args: object) -> int:
+        raise ValueError("a drafter the auto policy treats as deterministic drew randomness")
+
+    bernoulli = categorical = uniform = _refuse
+
+
+@dataclass(frozen=True)
+class AutoPlanner:
+    """Chooses the drafter and k (0 included) that maximise expected tokens per second.
+
+    Parameters
+    ----------
+    costs
+        The calibrated cost curve (fixed during a run).
+    drafters
+        The drafters by name. Every one except ``model`` must be deterministic (draw no
+        randomness, report one-hot q) and satisfy ``propose(c, j) == propose(c, k)[:j]``.
+    model
+        The name of the draft-model drafter in ``drafters``, or ``None`` when there is none;
+        needs ``costs.draft_seconds``.
+    k_max
+        The most tokens drafted in one step.
+    prior_alpha, prior_weight
+        The Beta prior of every drafter's acceptance: mean and weight in trials.
+    memory
+        Only the last ``memory`` steps inform the acceptance estimates.
+    margin
+        Draft only when the best option's expected rate beats a plain pass by this fraction:
+        estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
+        room (a 1-token draft must be accepted more than 55% of the time to break even).
+    """
+
+    costs: CostCurve
+    drafters: Mapping[str, Drafter]
+    model: str | None = None
+    k_max: int = 16
+    prior_alpha: float = 0.5
+    prior_weight: float = 2.0
+    memory: int = 8
+    margin: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.drafters or len({d.vocab_size for d in self.drafters.values()}) != 1:
+            raise ValueError("the auto policy needs drafters, all over one vocabulary")
+        if self.model is not None:
+            if self.model not in self.drafters:
+                raise ValueError(f"the model drafter {self.model!r} is not among the drafters")
+            if self.costs.draft_seconds is None:
+                raise ValueError("a draft model needs costs.draft_seconds")
+        if self.k_max < 0 or self.memory < 1 or self.margin < 0:
+            raise ValueError(
+                f"need k_max >= 0, memory >= 1 and margin >= 0, got {self.k_max}, "
+                f"{self.memory}, {self.margin}"
+            )
+        if not 0 <= self.prior_alpha <= 1 or not self.prior_weight > 0:
+            raise ValueError(
+                f"need prior_alpha in [0, 1] and prior_weight > 0, got {self.prior_alpha}, "
+                f"{self.prior_weight}"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        """The drafters' common vocabulary size."""
+        return next(iter(self.drafters.values())).vocab_size
+
+    def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan:
+        """The drafter and k with the most expected tokens per second (("", 0): a plain target
+        pass), with every deterministic drafter's proposal (at most ``k_max`` tokens)."""
+        cap = min(self.k_max, k_max)
+        best, best_rate = ("", 0), (1.0 + self.margin) / self.costs.target(1)
+        proposals: dict[str, list[int]] = {}
+        if cap == 0:
+            return Plan(*best)
+        for name, drafter in self.drafters.items():
+            if name == self.model:
+                continue
+            proposals[name], _ = drafter.propose(context, cap, _NoRandomness())
+            beta = counterfactual_alpha(
+                trace, name, self.prior_alpha, self.prior_weight, self.memory
+            )
+            for j in range(1, len(proposals[name]) + 1):
+                rate = expected_tokens_per_pass(beta, j) / self.costs.target(j + 1)
+                if rate > best_rate:
+                    best, best_rate = (name, j), rate
+        if self.model is not None:
+            alpha = estimated_alpha(
+                trace, self.prior_alpha, self.prior_weight, self.model, self.memory
+            )
+            draft = self.costs.draft_seconds or 0.0
+            for k in range(1, cap + 1):
+                rate = expected_tokens_per_pass(alpha, k) / (self.costs.target(k + 1) + k * draft)
+                if rate > best_rate:
+                    best, best_rate = (self.model, k), rate
+        return Plan(*best, proposals)
+
+
+def counterfactual_alpha(
+    trace: Trace, name: str, prior_alpha: float, prior_weight: float, last_steps: int
+) -> float:
+    """Posterior mean acceptance of deterministic drafter ``name`` over the last ``last_steps``
+    steps, from what it proposed at each step's start against the tokens emitted since.
+
+    A proposal whose first m tokens match what was emitted holds m successes, and one failure if
+    the next emitted token is known and differs; tokens not yet emitted are not counted. When
+    the drafter was used, this is exactly its verification outcome.
+    """
+    accepted = trials = 0
+    for i in range(max(0, trace.target_passes - last_steps), trace.target_passes):
+        proposal = trace.proposals[i].get(name, ())
+        emitted = trace.tokens[trace.starts[i] : trace.starts[i] + len(proposal)]
+        matched = leading_matches(proposal, emitted)
+        accepted += matched
+        trials += matched + (matched < len(emitted))
+    return (accepted + prior_alpha * prior_weight) / (trials + prior_weight)
+
+
+def auto_planner(
+    costs: CostCurve, vocab_size: int, model_drafter: Drafter | None = None, k_max: int = 16
+) -> AutoPlanner:
+    """The default auto planner: prompt lookup and the suffix drafter, plus ``model_drafter``
+    (named "draft") when given, drafting at most ``k_max`` tokens a step. Lookup and suffix
+    match at least 2 tokens: a one-token match is right too rarely to pay (see
+    :class:`~spec_decode.drafting.suffix.SuffixDrafter`)."""
+    drafters: dict[str, Drafter] = {
+        "lookup": PromptLookupDrafter(vocab_size, min_ngram=2),
+        "suffix": SuffixDrafter(vocab_size, min_match=2),
+    }
+    if model_drafter is not None:
+        drafters["draft"] = model_drafter
+    return AutoPlanner(costs, drafters, None if model_drafter is None else "draft", k_max)
+
+
+def auto_step(
+    target: Model, planner: AutoPlanner, sampling: SamplingParams, rule: Rule = exact_rule
+) -> StepFunction:
+    """The chain step whose drafter and k ``planner`` chooses before each pass."""
+    return planned_step(target, planner.drafters, planner, rule, sampling)

@@ -1,0 +1,90 @@
+"""What a step costs on one machine: a target pass by the number of tokens it scores, and a draft
+token.
+
+On a CPU, verification is compute-bound and a pass over n tokens costs far more than one token
+(llama.cpp here: 2 tokens 1.55x, 5 tokens 3.3x, 17 tokens 7.5x); on a GPU the curve is nearly flat
+up to ~16 tokens. A policy that assumes a flat curve drafts too much on a CPU, so the auto policy
+(:mod:`spec_decode.drafting.auto`) reads this curve, measured by
+:mod:`spec_decode.backends.calibration`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one target pass by tokens scored, and seconds per drafted token.
+
+    ``sizes`` are the measured block lengths (strictly increasing, from 1), ``seconds`` the pass
+    time at each; ``draft_seconds`` is one draft-model token (``None`` without a draft model).
+    A pass is taken to cost at least as much as any shorter one: the measurements are replaced
+    by the closest non-decreasing sequence (a dip or spike from a median disturbed by other load
+    would otherwise invite longer drafts); between measured
+    sizes the cost is interpolated linearly, beyond the largest it grows at the mean slope of
+    the upper half of the measurements (never negative).
+    """
+
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+    draft_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        sizes, seconds = tuple(int(n) for n in self.sizes), tuple(float(s) for s in self.seconds)
+        object.__setattr__(self, "sizes", sizes)
+        object.__setattr__(self, "seconds", seconds)
+        if not sizes or len(sizes) != len(seconds):
+            raise ValueError(
+                f"need one time per size and at least one, got {len(sizes)} sizes and "
+                f"{len(seconds)} times"
+            )
+        if sizes[0] != 1 or any(b <= a for a, b in pairwise(sizes)):
+            raise ValueError(f"sizes must increase strictly from 1, got {list(sizes)}")
+        if not all(math.isfinite(s) and s > 0 for s in seconds):
+            raise ValueError(f"pass times must be finite and > 0, got {list(seconds)}")
+        draft = self.draft_seconds
+        if draft is not None and not (math.isfinite(draft) and draft >= 0):
+            raise ValueError(f"draft_seconds must be finite and >= 0, got {draft}")
+
+    @classmethod
+    def from_passes(cls, seconds: Sequence[float], draft_seconds: float | None = None) -> CostCurve:
+        """The curve measured at every block length 1..len(seconds)."""
+        return cls(tuple(range(1, len(seconds) + 1)), tuple(seconds), draft_seconds)
+
+    def target(self, n_tokens: int) -> float:
+        """Seconds of one target pass scoring ``n_tokens`` tokens (the last committed one plus
+        the drafts)."""
+        if n_tokens < 1:
+            raise ValueError(f"a target pass scores at least 1 token, got {n_tokens}")
+        last = self.sizes[-1]
+        if n_tokens <= last:
+            return float(np.interp(n_tokens, self.sizes, self._monotone))
+        if len(self.sizes) == 1:
+            slope = self.seconds[0]  # one point: assume cost proportional to tokens
+        else:
+            half = (len(self.sizes) - 1) // 2
+            slope = (self.seconds[-1] - self.seconds[half]) / (last - self.sizes[half])
+        return self._monotone[-1] + max(slope, 0.0) * (n_tokens - last)
+
+    @property
+    def _monotone(self) -> np.ndarray:
+        """The closest non-decreasing curve in least squares (pool adjacent violators): a spike
+        is averaged with its neighbours rather than lifting every longer pass to its height."""
+        blocks: list[list[float]] = []  # [sum, count] of each pooled run
+        for value in self.seconds:
+            blocks.append([value, 1])
+            while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+                total, count = blocks.pop()
+                blocks[-1][0] += total
+                blocks[-1][1] += count
+        return np.concatenate([np.full(int(count), total / count) for total, count in blocks])
+
+    def relative(self, n_tokens: int) -> float:
+        """A pass over ``n_tokens`` tokens in units of a one-token pass."""
+        return self.target(n_tokens) / self.target(1)

@@ -1,0 +1,189 @@
+"""Calibration: what is measured, how it is cached and keyed, the cost curve's interpolation, and
+the transformers backend on CUDA (skipped without a GPU). No test asserts a timing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from spec_decode import random_markov
+from spec_decode.backends import calibration
+from spec_decode.drafting.costs import CostCurve
+
+
+class CountingModel:
+    """A toy model with a path and thread count, counting the tokens of every scoring call."""
+
+    def __init__(self, path, threads: int = 2) -> None:
+        self.inner = random_markov(8, seed=0)
+        self.vocab_size, self.path, self.n_threads = 8, path, threads
+        self.blocks: list[int] = []
+        self.resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def next_dist(self, prefix):
+        return self.inner.next_dist(prefix)
+
+    def score(self, prefix, tokens):
+        self.blocks.append(len(tokens) + 1)
+        return np.array(
+            [self.inner.next_dist([*prefix, *tokens[:i]]) for i in range(len(tokens) + 1)]
+        )
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPEC_DECODE_CACHE", str(tmp_path / "cache"))
+    weights = tmp_path / "model.gguf"
+    weights.write_bytes(b"0123")
+    return CountingModel(weights)
+
+
+def test_measures_every_block_length_interleaved(model):
+    seconds = calibration.measure_passes(model, max_block=5, repetitions=2)
+    assert len(seconds) == 5 and all(s >= 0 for s in seconds)
+    assert model.resets == 1
+    assert model.blocks == [1, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5]  # warm-up, then two rounds
+
+
+def test_caches_by_identity_and_recalibrates_on_request(model):
+    first, cached = calibration.pass_seconds("llama.cpp", model, max_block=4)
+    assert not cached and len(model.blocks) == 1 + 3 * 4
+    again, cached = calibration.pass_seconds("llama.cpp", model, max_block=3)
+    assert cached and again == first[:3] and len(model.blocks) == 13
+    _, cached = calibration.pass_seconds("llama.cpp", model, max_block=4, recalibrate=True)
+    assert not cached
+    _, cached = calibration.pass_seconds("llama.cpp", model, max_block=6)  # more sizes: measure
+    assert not cached
+    other_threads = CountingModel(model.path, threads=1)
+    _, cached = calibration.pass_seconds("llama.cpp", other_threads, max_block=4)
+    assert not cached
+    model.path.write_bytes(b"a different file")  # another size on disk: another entry
+    _, cached = calibration.pass_seconds("llama.cpp", model, max_block=4)
+    assert not cached
+
+
+def test_a_corrupt_cache_entry_is_measured_again(model):
+    calibration.pass_seconds("llama.cpp", model, max_block=2)
+    file = calibration.calibration_file(calibration.model_identity("llama.cpp", model))
+    file.write_text("{not json")
+    _, cached = calibration.pass_seconds("llama.cpp", model, max_block=2)
+    assert not cached and json.loads(file.read_text())["identity"]["threads"] == 2
+
+
+def test_cost_curve_takes_the_draft_as_one_token_passes(model, tmp_path):
+    weights = tmp_path / "draft.gguf"
+    weights.write_bytes(b"01")
+    draft = CountingModel(weights)
+    curve = calibration.cost_curve("llama.cpp", model, draft)
+    assert curve.sizes == tuple(range(1, calibration.MAX_BLOCK + 1))
+    assert curve.draft_seconds is not None and draft.blocks == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize(("max_block", "repetitions"), [(0, 3), (3, 0)])
+def test_bad_arguments_are_refused(model, max_block, repetitions):
+    with pytest.raises(ValueError, match="max_block"):
+        calibration.measure_passes(model, max_block, repetitions)
+
+
+# ---- the cost curve ----------------------------------------------------------------------------
+
+
+def test_curve_interpolates_and_extrapolates():
+    curve = CostCurve((1, 2, 3, 5, 9, 17), (30.0, 46.5, 63.0, 99.0, 180.0, 225.0), 19.0)
+    assert curve.target(2) == 46.5 and curve.target(4) == 81.0
+    assert curve.relative(17) == 7.5
+    # beyond 17: the slope over the upper half of the points (3 -> 17 tokens: 162 / 14 a token)
+    assert curve.target(19) == pytest.approx(225.0 + 2 * 162 / 14)
+    assert CostCurve((1,), (10.0,)).target(3) == 30.0  # one point: proportional
+    # a measured dip is not believed: the closest non-decreasing curve pools the violators
+    dip = CostCurve((1, 2, 3, 4), (10.0, 14.0, 12.0, 20.0))
+    assert [dip.target(n) for n in (1, 2, 3, 4)] == [10.0, 13.0, 13.0, 20.0]
+    assert CostCurve((1, 2), (10.0, 8.0)).target(4) == 9.0
+    assert CostCurve.from_passes([1.0, 2.0]).sizes == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "seconds", "draft"),
+    [
+        ((), (), None),
+        ((1, 2), (1.0,), None),
+        ((2,), (1.0,), None),
+        ((1, 1), (1.0, 1.0), None),
+        ((1,), (0.0,), None),
+        ((1,), (float("nan"),), None),
+        ((1,), (1.0,), -1.0),
+    ],
+)
+def test_bad_curves_are_refused(sizes, seconds, draft):
+    with pytest.raises(ValueError):
+        CostCurve(sizes, seconds, draft)
+
+
+def test_a_pass_of_no_tokens_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        CostCurve((1,), (1.0,)).target(0)
+
+
+# ---- CUDA (skipped without a GPU) --------------------------------------------------------------
+
+
+def test_transformers_on_cuda_scores_blocks_like_single_tokens(tmp_path, tiny_qwen2_folder):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from spec_decode.backends.transformers import load_model
+
+    model = load_model(tiny_qwen2_folder(tmp_path / "tiny", seed=0), "fp32", device="cuda")
+    assert model.device.type == "cuda"
+    prefix, block = [2, 3, 4], [5, 6, 7, 8]
+    rows = model.score(prefix, block)
+    model.reset()
+    singles = [model.next_dist(prefix + block[:i]) for i in range(len(block) + 1)]
+    assert np.abs(rows - np.array(singles)).max() < 1e-4
+    assert calibration.model_identity("transformers", model)["device"].startswith("cuda")
+
+
+def test_an_unknown_device_is_refused(tmp_path, tiny_qwen2_folder):
+    pytest.importorskip("torch")
+    from spec_decode.backends.transformers import load_model
+
+    with pytest.raises(ValueError, match="unknown device"):
+        load_model(tiny_qwen2_folder(tmp_path / "tiny", seed=0), device="tpu")
+
+
+def test_a_context_window_too_short_for_the_blocks_is_refused(model):
+    model.context_window = 10
+    with pytest.raises(ValueError, match="too small"):
+        calibration.measure_passes(model, max_block=17)
+    assert len(calibration.measure_passes(model, max_block=4, repetitions=1)) == 4
+
+
+# ---- the command line --------------------------------------------------------------------------
+
+
+def test_calibrate_command_prints_caches_and_plots(tmp_path, monkeypatch, tiny_qwen2_folder):
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from spec_decode.cli.app import app
+
+    monkeypatch.setenv("SPEC_DECODE_CACHE", str(tmp_path / "cache"))
+    target = str(tiny_qwen2_folder(tmp_path / "target", seed=0))
+    draft = str(tiny_qwen2_folder(tmp_path / "draft", seed=1))
+    args = ["calibrate", "--target", target, "--draft", draft, "--json"]
+    result = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "curve.png")])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["backend"] == "transformers" and payload["block_sizes"] == list(range(1, 18))
+    assert payload["relative"][0] == 1.0 and payload["draft_ms_per_token"] > 0
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    assert len(list((tmp_path / "cache" / "calibration").glob("*.json"))) == 2
+    again = CliRunner().invoke(app, ["calibrate", "--target", target, "--draft", "none"])
+    assert again.exit_code == 0 and "x one token" in again.stdout
+    missing = CliRunner().invoke(app, ["calibrate", "--target", str(tmp_path / "nothing")])
+    assert missing.exit_code == 2

@@ -1,0 +1,224 @@
+"""The auto policy: its choices on hand-built traces and cost curves, and its exactness
+(exhaustive on toy models with a fixed curve, and a seeded statistical test), with a broken
+variant (a deterministic drafter reporting a model's q) that must FAIL."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from spec_decode import SamplingParams, Trace, draft_from_target, random_markov
+from spec_decode.certify.exhaustive import exact_distribution
+from spec_decode.certify.goodness_of_fit import samples_for_power
+from spec_decode.certify.statistical import statistical_certificate
+from spec_decode.core.generate import generate
+from spec_decode.core.models import Model
+from spec_decode.core.trace import Step
+from spec_decode.drafting.auto import AutoPlanner, auto_step, counterfactual_alpha
+from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.drafters import Drafter, ModelDrafter
+from spec_decode.drafting.lookup import PromptLookupDrafter
+from spec_decode.drafting.policies import estimated_alpha
+from spec_decode.drafting.suffix import SuffixDrafter
+
+TOLERANCE = 1e-12
+#: This CPU's llama.cpp curve (shared/README.md): 1 token 30 ms ... 17 tokens 225 ms; draft 19 ms.
+CPU = CostCurve((1, 2, 3, 5, 9, 17), (0.030, 0.0465, 0.063, 0.099, 0.180, 0.225), 0.019)
+#: A GPU-like curve: a pass costs the same up to 17 tokens, a draft token a tenth of it.
+FLAT = CostCurve((1, 17), (0.010, 0.010), 0.001)
+REPEATING = [1, 2, 3, 1, 2, 3, 1, 2]  # lookup and suffix both propose "3 1 2 ..."
+FRESH = [0, 1, 2, 3, 4, 5]  # nothing recurs
+
+
+def planner(costs: CostCurve, draft: Model | None = None, **options) -> AutoPlanner:
+    drafters: dict[str, Drafter] = {
+        "lookup": PromptLookupDrafter(8, max_ngram=2),
+        "suffix": SuffixDrafter(8, max_match=3, min_probability=0.0),
+    }
+    if draft is not None:
+        drafters["draft"] = ModelDrafter(draft)
+    return AutoPlanner(costs, drafters, "draft" if draft is not None else None, **options)
+
+
+def history(*steps: tuple[str, int, int]) -> Trace:
+    """A trace of (drafter, drafted, accepted) steps."""
+    trace = Trace()
+    for name, drafted, accepted in steps:
+        trace.record(Step([0] * (accepted + 1), drafted, accepted, drafted, drafter=name))
+    return trace
+
+
+def watched(emitted: list[int], proposal_length: int, right: bool) -> Trace:
+    """Plain passes emitting ``emitted`` one token each, while lookup and suffix proposed the
+    next ``proposal_length`` tokens (``right``) or something else (wrong from the first)."""
+    trace = Trace()
+    for i, token in enumerate(emitted):
+        ahead = emitted[i : i + proposal_length] if right else [7] * proposal_length
+        trace.record(Step([token], proposals={"lookup": ahead, "suffix": ahead}))
+    return trace
+
+
+def test_on_this_cpu_the_draft_model_never_pays():
+    auto = planner(CPU, random_markov(8, seed=0))
+    perfect = history(*[("draft", 4, 4)] * 30)  # even after 120 of 120 drafts accepted
+    assert auto.plan(FRESH, perfect, 16)[:2] == ("", 0)
+    assert auto.plan(FRESH, Trace(), 16)[:2] == ("", 0)
+
+
+def test_on_a_flat_curve_the_draft_model_drafts_long():
+    auto = planner(FLAT, random_markov(8, seed=0), k_max=8)
+    assert auto.plan(FRESH, history(*[("draft", 8, 8)] * 10), 16)[:2] == ("draft", 8)
+    assert auto.plan(FRESH, Trace(), 16).drafter == "draft"
+
+
+def test_free_proposals_are_judged_by_what_was_emitted_since():
+    auto = planner(CPU)
+    plan = auto.plan(REPEATING, Trace(), 16)
+    assert plan[:2] == ("", 0)  # prior 0.5: no draft pays by the margin before any evidence
+    assert plan.proposals == {"lookup": [3, 1, 2], "suffix": [3, 1, 2]}
+    right = watched([1, 2, 3] * 10, 3, right=True)
+    assert auto.plan(REPEATING, right, 16)[:2] == ("lookup", 3)  # both propose "3 1 2"
+    wrong = watched([1, 2, 3] * 10, 3, right=False)
+    assert auto.plan(REPEATING, wrong, 16)[:2] == ("", 0)
+    assert auto.plan(FRESH, right, 16)[:2] == ("", 0)  # nothing to propose: plain pass
+
+
+def test_counterfactual_alpha_counts_matches_and_the_first_miss():
+    trace = Trace()
+    trace.record(Step([4], proposals={"lookup": [4, 5, 6]}))  # then 5, then 9: 2 hits, 1 miss
+    trace.record(Step([5, 9]))
+    trace.record(Step([1], proposals={"lookup": [1, 2]}))  # 1 hit, then nothing emitted yet
+    assert counterfactual_alpha(trace, "lookup", 0.5, 2.0, 32) == (3 + 1) / (4 + 2)
+    assert counterfactual_alpha(trace, "lookup", 0.5, 2.0, 1) == (1 + 1) / (1 + 2)
+    assert counterfactual_alpha(trace, "suffix", 0.5, 2.0, 32) == 0.5
+
+
+def test_the_cap_and_the_last_step_are_respected():
+    auto = planner(FLAT, random_markov(8, seed=0), k_max=3)
+    assert auto.plan(REPEATING, Trace(), 16).k <= 3
+    assert auto.plan(REPEATING, Trace(), 0)[:2] == ("", 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model": "draft"}, "not among"),
+        ({"k_max": -1}, "k_max"),
+        ({"memory": 0}, "memory"),
+        ({"margin": -0.1}, "margin"),
+        ({"prior_alpha": 1.5}, "prior_alpha"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AutoPlanner(CPU, {"lookup": PromptLookupDrafter(8)}, **kwargs)
+
+
+def test_a_draft_model_needs_a_draft_cost():
+    drafters = {"draft": ModelDrafter(random_markov(8, seed=0))}
+    with pytest.raises(ValueError, match="draft_seconds"):
+        AutoPlanner(CostCurve((1,), (0.01,)), drafters, "draft")
+
+
+# ---- exactness ---------------------------------------------------------------------------------
+
+SAMPLINGS = {
+    "plain": SamplingParams(),
+    "temperature 0.7, top-k 2": SamplingParams(temperature=0.7, top_k=2),
+    "greedy": SamplingParams(temperature=0),
+}
+#: A curve on which every option wins somewhere: plain passes, free drafts and the model.
+MIXED = CostCurve((1, 2, 3, 4), (0.010, 0.013, 0.016, 0.030), 0.002)
+
+
+def toy_auto(vocab: int, costs: CostCurve, sampling: SamplingParams) -> tuple[Model, AutoPlanner]:
+    target = random_markov(vocab, seed=5)
+    draft = draft_from_target(target, 0.5, seed=6)
+    drafters: dict[str, Drafter] = {
+        "lookup": PromptLookupDrafter(vocab, max_ngram=2, max_tokens=3),
+        "suffix": SuffixDrafter(vocab, max_match=3, min_probability=0.3),
+        "draft": ModelDrafter(draft, sampling),
+    }
+    options = {"k_max": 3, "prior_alpha": 0.6, "prior_weight": 1.0, "memory": 3, "margin": 0.0}
+    return target, AutoPlanner(costs, drafters, "draft", **options)
+
+
+def auto_generator(target, auto, prefix, sampling):
+    step = auto_step(target, auto, sampling)
+    return lambda rng, n: (
+        generate(target, step, prefix, n, rng, drafter=auto.drafters["draft"]).tokens
+    )
+
+
+@pytest.mark.parametrize("costs", ["CPU", "FLAT", "MIXED"])
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+@pytest.mark.parametrize(
+    ("vocab", "n_tokens", "prefix"), [(2, 6, [0, 1, 1, 0, 1]), (3, 4, [0, 1, 2, 0, 1])]
+)
+def test_auto_is_exact(costs, sampling, vocab, n_tokens, prefix):
+    controls = SAMPLINGS[sampling]
+    target, auto = toy_auto(vocab, {"CPU": CPU, "FLAT": FLAT, "MIXED": MIXED}[costs], controls)
+    result = exact_distribution(
+        auto_generator(target, auto, prefix, controls), target, prefix, n_tokens, controls
+    )
+    assert abs(result.total_probability - 1) < TOLERANCE
+    assert result.tv < TOLERANCE
+
+
+def test_the_mixed_curve_exercises_every_option():
+    target, auto = toy_auto(3, MIXED, SamplingParams())
+    step = auto_step(target, auto, SamplingParams())
+    names = set()
+    for seed in range(20):
+        trace = generate(target, step, [0, 1, 2, 0, 1], 12, np.random.default_rng(seed))
+        names |= set(trace.drafter_names)  # "" marks a plain pass
+    assert names == {"", "lookup", "suffix", "draft"}
+
+
+def test_auto_with_a_drafter_reporting_a_model_q_fails(reports_model_q):
+    target, honest = toy_auto(3, MIXED, SamplingParams())
+    draft = honest.drafters["draft"].model
+    drafters = {**honest.drafters, "lookup": reports_model_q(honest.drafters["lookup"], draft)}
+    broken = replace(honest, drafters=drafters)
+    prefix = [0, 1, 2, 0, 1]
+    result = exact_distribution(
+        auto_generator(target, broken, prefix, SamplingParams()), target, prefix, 4
+    )
+    assert result.tv > 1e-3
+
+
+# ---- statistical certificate -------------------------------------------------------------------
+
+SIGNIFICANCE, DETECTABLE_TV = 1e-3, 0.03
+#: Runs so that each chi-square test (9 cells) detects TV 0.03 with probability 0.99.
+RUNS = samples_for_power(cells=9, tv=DETECTABLE_TV, significance=SIGNIFICANCE, power=0.99)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_statistical_certificate(broken, reports_model_q):
+    target, auto = toy_auto(3, MIXED, SamplingParams())
+    if broken:
+        draft = auto.drafters["draft"].model
+        drafters = {**auto.drafters, "lookup": reports_model_q(auto.drafters["lookup"], draft)}
+        auto = replace(auto, drafters=drafters)
+    prefix = [0, 1, 2, 0, 1]
+    certificate = statistical_certificate(
+        auto_generator(target, auto, prefix, SamplingParams()),
+        target,
+        prefix,
+        3,
+        RUNS,
+        seed=3,
+        significance=SIGNIFICANCE,
+    )
+    assert certificate.passed != broken, certificate.tests
+
+
+def test_the_model_estimate_counts_only_its_own_recent_steps():
+    trace = history(("draft", 4, 4), ("lookup", 3, 0), ("draft", 4, 1))
+    assert estimated_alpha(trace, 0.5, 2.0, "draft") == (5 + 1) / (6 + 2)
+    assert estimated_alpha(trace, 0.5, 2.0, "draft", last_steps=1) == (1 + 1) / (2 + 2)
+    assert estimated_alpha(trace, 0.5, 2.0, "draft", last_steps=0) == 0.5
+    assert estimated_alpha(trace, 0.5, 2.0) == (5 + 1) / (7 + 2)  # every drafter together

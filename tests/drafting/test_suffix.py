@@ -1,0 +1,142 @@
+"""The suffix drafter: proposals on hand-made sequences, incremental indexing, exhaustive exactness
+on toy Markov models, and a broken variant (a model's q reported for a deterministic proposal)
+that must FAIL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spec_decode import SamplingParams, draft_from_target, random_markov
+from spec_decode.certify.exhaustive import exact_output_distribution
+from spec_decode.drafting.policies import FixedK, ScheduleK
+from spec_decode.drafting.suffix import SuffixDrafter, SuffixIndex
+
+TOLERANCE = 1e-12
+
+
+class NoRandomness:
+    """A random source that fails the test if the drafter draws from it."""
+
+    def bernoulli(self, prob: float) -> bool:
+        raise AssertionError("the suffix drafter drew randomness")
+
+    categorical = uniform = bernoulli
+
+
+@pytest.mark.parametrize(
+    ("context", "max_match", "min_probability", "k", "expected"),
+    [
+        # the longest recurring suffix "3 1 2" was followed by "3 1 2" once, then by nothing
+        ([1, 2, 3, 1, 2, 3, 1, 2], 3, 0.5, 16, [3, 1, 2]),
+        # matching only "1 2" (seen 3 times, followed twice): more continuation to copy
+        ([1, 2, 3, 1, 2, 3, 1, 2], 2, 0.5, 16, [3, 1, 2, 3, 1, 2]),
+        # "5 1" went on to 7, 7, 9: 7 at 2/3, then "5 1 7 5 1" splits 1/2 and 2/3 * 1/2 < 0.5
+        ([5, 1, 7, 5, 1, 7, 5, 1, 9, 5, 1], 3, 0.5, 16, [7, 5, 1]),
+        ([5, 1, 7, 5, 1, 7, 5, 1, 9, 5, 1], 3, 0.7, 16, []),  # 2/3 is below the threshold
+        ([5, 1, 7, 5, 1, 7, 5, 1, 9, 5, 1], 3, 0.0, 16, [7, 5, 1, 7, 5, 1, 9, 5, 1]),
+        # the longest match wins over the most frequent shorter one
+        ([1, 2, 3, 9, 2, 3, 8, 1, 2, 3], 3, 0.1, 16, [9, 2, 3, 8, 1, 2, 3]),
+        ([1, 2, 3, 9, 2, 3, 8, 1, 2, 3], 3, 0.1, 2, [9, 2]),  # capped by k
+        ([4, 6, 4, 7, 4], 1, 0.0, 3, [6, 4, 7]),  # a tie of counts goes to the lowest id (6)
+        ([0, 1, 2, 3], 3, 0.1, 4, []),  # nothing recurs
+        ([4], 3, 0.1, 4, []),
+    ],
+)
+def test_proposals_on_hand_made_sequences(context, max_match, min_probability, k, expected):
+    drafter = SuffixDrafter(10, max_match=max_match, min_probability=min_probability)
+    tokens, q = drafter.propose(context, k, NoRandomness())
+    assert tokens == expected
+    assert q.shape == (len(expected), 10)
+    assert np.array_equal(q.argmax(axis=1), expected) and np.all(q.sum(axis=1) == 1)
+
+
+def test_a_minimum_match_length_ignores_shorter_matches():
+    context = [5, 1, 7, 2, 8, 5]  # only "5" recurs
+    assert SuffixDrafter(10, min_match=1).propose(context, 4, None)[0] == [1, 7, 2, 8]
+    assert SuffixDrafter(10, min_match=2).propose(context, 4, None)[0] == []
+    assert SuffixDrafter(10, min_match=2).propose([*context, 1], 4, None)[0] == [7, 2, 8, 5]
+
+
+def test_a_proposal_capped_at_j_is_the_first_j_tokens():
+    context = list(np.random.default_rng(0).integers(0, 3, 60))
+    drafter = SuffixDrafter(3, min_probability=0.0)
+    full, _ = drafter.propose(context, 16, NoRandomness())
+    for j in range(len(full) + 1):
+        assert drafter.propose(context, j, NoRandomness())[0] == full[:j]
+
+
+def test_incremental_index_equals_a_fresh_one_and_branches_rebuild():
+    rng = np.random.default_rng(1)
+    context = list(rng.integers(0, 4, 200))
+    grown = SuffixDrafter(4, max_match=4, max_tokens=6, min_probability=0.2)
+    for end in range(1, len(context) + 1):
+        fresh = SuffixDrafter(4, max_match=4, max_tokens=6, min_probability=0.2)
+        prefix = context[:end]
+        assert grown.propose(prefix, 6, NoRandomness())[0] == fresh.propose(prefix, 6, None)[0]
+    other = [*context[:50], 3, 3, 3, 3]  # another branch: the index is rebuilt from it
+    assert (
+        grown.propose(other, 6, None)[0] == SuffixDrafter(4, 4, 6, 0.2).propose(other, 6, None)[0]
+    )
+
+
+def test_the_index_is_cut_at_its_depth():
+    index = SuffixIndex(depth=3)
+    index.extend([1, 2, 1, 2])
+    # matching "1 2" leaves room for one token below it; matching "2" for two
+    assert index.continuation(max_match=2, max_tokens=5, min_probability=0.0) == [1]
+    assert index.continuation(max_match=1, max_tokens=5, min_probability=0.0) == [1, 2]
+    with pytest.raises(ValueError, match="depth"):
+        SuffixIndex(depth=1)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"vocab_size": 0},
+        {"max_match": 0},
+        {"min_match": 0},
+        {"min_match": 4, "max_match": 3},
+        {"max_tokens": 0},
+        {"min_probability": 1.5},
+    ],
+)
+def test_bad_arguments_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        SuffixDrafter(**{"vocab_size": 4, **kwargs})
+
+
+# ---- exactness ---------------------------------------------------------------------------------
+
+SHAPES = {"V=2, 6 tokens": (2, 6, [0, 1, 1, 0, 1]), "V=3, 4 tokens": (3, 4, [0, 1, 2, 0, 1])}
+SAMPLINGS = {
+    "plain": SamplingParams(),
+    "temperature 0.7, top-k 2": SamplingParams(temperature=0.7, top_k=2),
+    "greedy": SamplingParams(temperature=0),
+}
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_suffix_drafter_is_exact(shape, sampling):
+    vocab, n_tokens, prefix = SHAPES[shape]
+    target = random_markov(vocab, seed=5)
+    result = exact_output_distribution(
+        target,
+        None,
+        prefix,
+        n_tokens,
+        ScheduleK(initial=2, k_max=4),
+        sampling=SAMPLINGS[sampling],
+        drafter=SuffixDrafter(vocab, max_match=3, min_probability=0.0),
+    )
+    assert abs(result.total_probability - 1) < TOLERANCE
+    assert result.tv < TOLERANCE
+
+
+def test_suffix_drafter_reporting_a_model_q_fails(reports_model_q):
+    target = random_markov(3, seed=5)
+    draft = draft_from_target(target, 0.5, seed=6)
+    broken = reports_model_q(SuffixDrafter(3, max_match=3, min_probability=0.0), draft)
+    result = exact_output_distribution(target, None, [0, 1, 2, 0, 1], 4, FixedK(2), drafter=broken)
+    assert result.tv > 1e-3
