@@ -46,12 +46,26 @@ from _common import (
 from prompt_sets import CATEGORIES, sample
 
 from spec_decode.backends import packaged
+from spec_decode.backends.calibration import cost_curve
 from spec_decode.backends.llamacpp import LlamaCppModel, load_model, load_tokenizer
 from spec_decode.backends.prompts import encode_prompt
+from spec_decode.core.generate import generate
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.drafting.auto import auto_planner, auto_step
+from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
+from spec_decode.drafting.suffix import SuffixDrafter
 
 SETTINGS = {"greedy": 0.0, "T=0.7": 0.7}
-OURS = ("ours target-only", "ours k=2", "ours k=4", "ours lookup k=4")
+OURS = (
+    "ours auto",
+    "ours target-only",
+    "ours k=2",
+    "ours k=4",
+    "ours lookup k=4",
+    "ours suffix k=4",
+)
 #: Ours on the transformers backend (with --transformers; the pair converted by models prepare).
 OURS_HF = ("ours-hf target-only", "ours-hf k=4")
 THEIRS = (
@@ -99,6 +113,9 @@ def main() -> None:
     parser.add_argument(
         "--transformers", action="store_true", help="also ours on the transformers backend"
     )
+    parser.add_argument(
+        "--recalibrate", action="store_true", help="measure the cost curve again (quiet machine)"
+    )
     args = parser.parse_args()
     target_path = packaged.gguf_file(packaged.DEFAULT_TARGET)
     draft_path = packaged.gguf_file(packaged.DEFAULT_DRAFT)
@@ -107,6 +124,7 @@ def main() -> None:
     draft = load_model(draft_path, n_threads=args.threads)
     load_seconds = time.perf_counter() - start
     tokenizer = load_tokenizer(target)
+    costs = cost_curve("llama.cpp", target, draft, recalibrate=args.recalibrate)
     from llama_cpp import Llama
 
     theirs = Llama(str(target_path), n_ctx=4096, n_threads=args.threads, verbose=False)
@@ -137,8 +155,11 @@ def main() -> None:
             )
         if variant == "llama.cpp python":
             return run_llama_python(theirs, prompt_ids, temperature, args.tokens, rep)
+        if variant == "ours auto":
+            return run_auto(target, draft, costs, prompt_ids, temperature, args.tokens, rep)
         policy = None if variant.endswith("target-only") else int(variant.rsplit("=", 1)[1])
         drafter = PromptLookupDrafter(target.vocab_size) if "lookup" in variant else None
+        drafter = SuffixDrafter(target.vocab_size, min_match=2) if "suffix" in variant else drafter
         models = hf_pair if variant.startswith("ours-hf") else (target, draft)
         return run_ours(*models, prompt_ids, policy, temperature, args.tokens, rep, drafter)
 
@@ -162,9 +183,37 @@ def main() -> None:
         },
         "greedy_identity": identity(raw, tokenizer, texts),
         "profile": profile(target, draft, ids[next(iter(ids))], args.tokens),
+        "cost_curve_ms": {n: 1e3 * costs.target(n) for n in range(1, 18)},
+        "draft_token_ms": None if costs.draft_seconds is None else 1e3 * costs.draft_seconds,
     }
     write_results("cpu", results, markdown)
     plot(results)
+
+
+def run_auto(
+    target: LlamaCppModel,
+    draft: LlamaCppModel,
+    costs: CostCurve,
+    prompt_ids: list[int],
+    temperature: float,
+    tokens: int,
+    seed: int,
+) -> dict[str, object]:
+    """Ours with the default auto policy (a fresh planner per run, the calibrated curve)."""
+    sampling = SamplingParams(temperature)
+    planner = auto_planner(costs, target.vocab_size, ModelDrafter(draft, sampling), k_max=4)
+    target.reset()
+    draft.reset()
+    step = auto_step(target, planner, sampling)
+    start = time.perf_counter()
+    trace = generate(target, step, prompt_ids, tokens, np.random.default_rng(seed))
+    return {
+        "tokens": trace.tokens,
+        "seconds": time.perf_counter() - start,
+        "target_passes": trace.target_passes,
+        "draft_calls": trace.draft_calls,
+        "tokens_per_pass": trace.tokens_per_pass,
+    }
 
 
 def run_llama_python(
@@ -308,6 +357,7 @@ def markdown(results: dict) -> str:
 
 
 def plot(results: dict) -> None:
+    """Median tokens/s per category and engine, with the calibrated cost curve beside."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -315,15 +365,23 @@ def plot(results: dict) -> None:
 
     table = medians(results)
     variants = [v for v in (*OURS, *OURS_HF, *THEIRS) if v in next(iter(table.values()))]
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    fig, (ax, curve) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(variants)
     for i, variant in enumerate(variants):
         xs = [j + i * width for j in range(len(table))]
         ax.bar(xs, [by_variant[variant] for by_variant in table.values()], width, label=variant)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(table))], list(table), fontsize=8)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(table))], list(table), fontsize=7)
     ax.set_ylabel("tokens / s (median)")
-    ax.legend(fontsize=7, ncol=2)
-    ax.set_title("Qwen2.5-Coder 1.5B / 0.5B on 2 CPU cores: ours on llama.cpp vs llama.cpp")
+    ax.legend(fontsize=6, ncol=2)
+    ax.set_title("Qwen2.5-Coder 1.5B / 0.5B, 2 CPU threads: ours on llama.cpp vs llama.cpp")
+    curve_ms = {int(n): ms for n, ms in results["cost_curve_ms"].items()}
+    sizes = list(curve_ms)
+    curve.plot(sizes, [ms / curve_ms[1] for ms in curve_ms.values()], "o-")
+    curve.plot(sizes, sizes, ":", color="grey", label="n one-token passes")
+    curve.set_xlabel("tokens scored in one target pass")
+    curve.set_ylabel("cost / one-token pass")
+    curve.set_title("calibrated cost curve", fontsize=9)
+    curve.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(RESULTS / "cpu.png", dpi=120)
 

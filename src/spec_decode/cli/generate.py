@@ -183,7 +183,7 @@ def generate_command(
     backend: Annotated[
         str,
         typer.Option(
-            help="auto (llama.cpp for packaged models and GGUF files when the [llama] extra is "
+            help="auto (llama.cpp for packaged models and GGUF files when the llama extra is "
             "installed, else transformers), llama.cpp or transformers."
         ),
     ] = "auto",
