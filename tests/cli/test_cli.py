@@ -122,3 +122,19 @@ def test_audit_tolerance_separates_rounding_from_bias():
     payload = json.loads(strict.output)
     assert 1e-9 < payload["exhaustive_tv"] < 1e-6 and payload["rounding_tv"] > 1e-9
     assert runner.invoke(app, [*args, "--tolerance", "1e-6"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "limit"),
+    [
+        (["--k", "100000", "--tokens", "10"], "limit of 1024"),
+        (["--k", "1000000000000"], "limit of 1024"),
+        (["--vocab", "200000"], "limit of 16,777,216"),
+        (["--tree", "1000"], "width 32"),
+        (["--tree", "8,8,8,8"], "1024 nodes"),
+    ],
+)
+def test_run_refuses_absurd_sizes_up_front(args, limit):
+    result = runner.invoke(app, ["run", *args])
+    assert result.exit_code == 2
+    assert limit in " ".join(result.output.split())

@@ -26,6 +26,7 @@ from spec_decode.cli.options import (
     TopP,
     TreeWidths,
     Vocab,
+    check_sizes,
     console,
     print_json,
     progress,
@@ -126,6 +127,7 @@ def run(
     as_json: AsJson = False,
 ) -> None:
     """Generate from a toy Markov pair; measured figures next to the exact expectation."""
+    check_sizes(k, vocab, order, tree)
     if tree is not None:
         try:
             tree_result = run_tree_experiment(
