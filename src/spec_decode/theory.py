@@ -73,7 +73,7 @@ def markov_expectation(
     toy run). When M has several closed classes (greedy decoding, top-k 1) the long run depends on
     where it starts, so the distribution used is the limit of M's powers from ``start``, not an
     average over all classes. Cost: a walk stops deepening once the mass still accepting is
-    below :data:`NEGLIGIBLE`, so an absurd k costs no more than the depth the drafts can actually reach.
+    below :data:`NEGLIGIBLE`, so an absurd k costs no more than the depth the drafts can reach.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")

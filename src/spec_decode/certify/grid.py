@@ -60,10 +60,13 @@ DEFAULT_CASES = (
 #: every control, four tokens (three for the costliest vocabulary-4 warped cases); then deep and
 #: wide cases: k = 4, 5 and 8 on V = 2 (k + 1 tokens, so the first step drafts all k) and
 #: vocabularies 5 and 6. Each was measured under 6 s and 4,000 paths.
-FULL_CASES = tuple(
-    ExhaustiveCase(vocab, k, order, 3 if vocab == 4 and sampling != CONTROLS[0] else 4, sampling)
-    for vocab, k, order, sampling in itertools.product((2, 3, 4), (1, 2, 3), (1, 2), CONTROLS)
-) + (
+FULL_CASES = (
+    *(
+        ExhaustiveCase(
+            vocab, k, order, 3 if vocab == 4 and sampling != CONTROLS[0] else 4, sampling
+        )
+        for vocab, k, order, sampling in itertools.product((2, 3, 4), (1, 2, 3), (1, 2), CONTROLS)
+    ),
     ExhaustiveCase(2, 4, 1, 5, CONTROLS[0]),
     ExhaustiveCase(2, 5, 1, 6, CONTROLS[2]),
     ExhaustiveCase(2, 8, 1, 9, CONTROLS[3]),
