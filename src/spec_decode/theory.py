@@ -15,6 +15,7 @@ width at each depth.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,8 +47,18 @@ class MarkovExpectation:
         return self.tokens_per_pass / (draft_cost * self.k + 1)
 
 
+#: Probability mass below which a walk's remaining depth is dropped. With acceptance at most a
+#: per draft, the dropped tail contributes about D * NEGLIGIBLE / (1 - a) tokens (D: the depth
+#: reached, 1e-14 relative at a = 0.95): far below any measurement, and it bounds the cost.
+NEGLIGIBLE = 1e-18
+
+
 def markov_expectation(
-    target: MarkovModel, draft: MarkovModel, k: int, sampling: SamplingParams | None = None
+    target: MarkovModel,
+    draft: MarkovModel,
+    k: int,
+    sampling: SamplingParams | None = None,
+    start: int = 0,
 ) -> MarkovExpectation:
     """Exact long-run tokens per pass, acceptance and alpha for a Markov pair.
 
@@ -57,6 +68,12 @@ def markov_expectation(
     starts at s therefore ends at s' with probability M = sum_{j<k} A^j R + A^k P, having emitted
     j + 1 tokens on the j-th term. The long-run tokens per pass is the expected emission under the
     stationary distribution of M (a renewal-reward argument), with no i.i.d. assumption.
+
+    ``start`` is the context index generation starts from (0: the prefix ``[0] * order`` of every
+    toy run). When M has several closed classes (greedy decoding, top-k 1) the long run depends on
+    where it starts, so the distribution used is the limit of M's powers from ``start``, not an
+    average over all classes. Cost: a walk stops deepening once the mass still accepting is
+    below :data:`NEGLIGIBLE`, so an absurd k costs no more than the depth the drafts can reach.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -67,34 +84,53 @@ def markov_expectation(
     accept, reject, bonus = (
         _transition(target, w) for w in (np.minimum(p, q), np.maximum(p - q, 0), p)
     )
-    emitted, kept = _long_run([accept] * k, [reject] * k, bonus)
-    contexts = _stationary(lambda row: bonus.T @ row, p.shape[0])
+    depth = min(k, _reachable_depth(float(np.minimum(p, q).sum(axis=1).max())))
+    emitted, kept = _long_run([accept] * depth, [reject] * depth, bonus, start)
+    contexts = _stationary(lambda row: bonus.T @ row, p.shape[0], start)
     alpha = float(contexts @ np.minimum(p, q).sum(axis=1))
     return MarkovExpectation(alpha, k, emitted, kept / k)
 
 
+def _reachable_depth(max_acceptance: float) -> int:
+    """How deep a chain walk keeps more than :data:`NEGLIGIBLE` mass when no context accepts a
+    draft with probability above ``max_acceptance`` (unbounded when some context always does)."""
+    if max_acceptance >= 1.0:
+        return sys.maxsize
+    if max_acceptance <= 0.0:
+        return 1
+    return int(np.ceil(np.log(NEGLIGIBLE) / np.log(max_acceptance))) + 1
+
+
 def _long_run(
-    accepts: list[sparse.csr_matrix], stops: list[sparse.csr_matrix], bonus: sparse.csr_matrix
+    accepts: list[sparse.csr_matrix],
+    stops: list[sparse.csr_matrix],
+    bonus: sparse.csr_matrix,
+    start: int,
 ) -> tuple[float, float]:
     """Long-run (tokens emitted, drafts kept) per step of a walk that drafts ``len(accepts)`` deep.
 
     At depth j the walk keeps a draft and moves on with ``accepts[j]``, or stops after emitting
     j + 1 tokens with ``stops[j]``; past the last depth it emits a bonus with ``bonus``. The step's
     context-to-context matrix is M = sum_j A_0..A_(j-1) S_j + A_0..A_(D-1) P, and the figures are
-    expectations under the stationary distribution of M (renewal-reward).
+    expectations under the limit of M's powers from the context ``start`` (renewal-reward). Mass
+    still accepting below :data:`NEGLIGIBLE` is dropped, which bounds the cost of a deep walk.
     """
     ones = np.ones(bonus.shape[0])
 
     def step_end(row: np.ndarray) -> np.ndarray:  # row vector times M
         out = np.zeros_like(row)
         for accept, stop in zip(accepts, stops, strict=True):
+            if row.sum() < NEGLIGIBLE:
+                return out
             out += stop.T @ row
             row = accept.T @ row
         return out + bonus.T @ row
 
-    start = _stationary(step_end, bonus.shape[0])
-    emitted, kept, reach = 0.0, 0.0, start  # reach = start A_0..A_(j-1): mass still accepting
+    limit = _stationary(step_end, bonus.shape[0], start)
+    emitted, kept, reach = 0.0, 0.0, limit  # reach = limit A_0..A_(j-1): mass still accepting
     for j, (accept, stop) in enumerate(zip(accepts, stops, strict=True)):
+        if reach.sum() < NEGLIGIBLE:
+            return emitted, kept
         emitted += (j + 1) * float(reach @ (stop @ ones))
         reach = accept.T @ reach
         kept += float(reach.sum())
@@ -113,15 +149,19 @@ def _transition(model: MarkovModel, weights: np.ndarray) -> sparse.csr_matrix:
 def _stationary(
     apply: Callable[[np.ndarray], np.ndarray],
     size: int,
+    start: int,
     tol: float = 1e-14,
     max_iter: int = 100_000,
 ) -> np.ndarray:
-    """Stationary row vector of a stochastic operator, by lazy power iteration from uniform.
+    """Limiting row vector of a stochastic operator from the context ``start``, by lazy power
+    iteration.
 
-    The lazy chain (I + M) / 2 has the same stationary distribution and converges even when M is
-    periodic.
+    The lazy chain (I + M) / 2 has the same stationary distributions and converges even when M is
+    periodic. Starting from ``start`` (not from uniform) matters when M has several closed
+    classes: the limit is then the one generation from ``start`` actually reaches.
     """
-    dist = np.full(size, 1.0 / size)
+    dist = np.zeros(size)
+    dist[start] = 1.0
     for _ in range(max_iter):
         new = 0.5 * (dist + apply(dist))
         new /= new.sum()
@@ -225,6 +265,7 @@ def tree_markov_expectation(
     widths: tuple[int, ...] | TreeShape,
     sampling: SamplingParams | None = None,
     replacement: bool = True,
+    start: int = 0,
 ) -> TreeExpectation:
     """Exact long-run tokens per pass of tree speculative decoding on a Markov pair.
 
@@ -234,6 +275,7 @@ def tree_markov_expectation(
     This is :func:`markov_expectation` with a different acceptance at every depth (a chain of k
     tokens, widths (1,) * k, gives exactly its figures). The subtree below an accepted child was
     drawn given that child alone, so its outcome depends only on the context and the depth.
+    ``start`` is as in :func:`markov_expectation`.
     """
     shape = widths if isinstance(widths, TreeShape) else TreeShape(tuple(widths))
     if draft.table.shape != target.table.shape:
@@ -255,5 +297,5 @@ def tree_markov_expectation(
         [_transition(target, np.array([o[part] for o in outcomes[w]])) for w in shape.widths]
         for part in (0, 1)
     )
-    emitted, kept = _long_run(accepts, stops, _transition(target, p))
+    emitted, kept = _long_run(accepts, stops, _transition(target, p), start)
     return TreeExpectation(shape, replacement, emitted, kept)

@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 
 from spec_decode import zoo
+from spec_decode.certify import audit as audit_module
 from spec_decode.certify.audit import EXACT_TV_TOLERANCE, audit
+from spec_decode.certify.goodness_of_fit import detectable_tv
 from spec_decode.certify.grid import audit_cases
+from spec_decode.certify.statistical import POWER
 from spec_decode.core.rules import exact_rule
+from spec_decode.core.tree_rules import verify_tree
 
 
 @pytest.mark.parametrize("name", zoo.BROKEN_RULES)
@@ -18,10 +22,11 @@ def test_every_broken_rule_fails(name):
     assert report.problem is None
     if report.method == "exhaustive":
         assert report.exhaustive_tv > 0.01
-    else:  # drew uniform(): judged statistically
+    else:  # turned a uniform() into a numpy array: judged statistically, and said why
         assert name == "unnormalised_residual"
+        assert "numpy conversion" in report.fallback
         assert report.false_alarm_rate == 1e-3
-        assert report.detectable_tv == pytest.approx(0.05, abs=1e-6)
+        assert report.min_p_value < 1e-3 / len(audit_cases())
 
 
 @pytest.mark.parametrize("name", zoo.BROKEN_DRAFTERS)
@@ -32,8 +37,18 @@ def test_every_broken_drafter_fails(name):
 
 @pytest.mark.parametrize(
     ("rule", "drafter"),
-    [(exact_rule, None), (zoo.sample_match, None), (None, zoo.one_hot_drafter)],
-    ids=["exact rule", "sample-match", "one-hot deterministic drafter"],
+    [
+        (exact_rule, None),
+        (zoo.sample_match, None),
+        (zoo.uniform_rule, None),
+        (None, zoo.one_hot_drafter),
+    ],
+    ids=[
+        "exact rule",
+        "sample-match",
+        "uniform compared with p/q",
+        "one-hot deterministic drafter",
+    ],
 )
 def test_exact_controls_pass_exhaustively(rule, drafter):
     report = audit(rule=rule, drafter=drafter)
@@ -43,23 +58,117 @@ def test_exact_controls_pass_exhaustively(rule, drafter):
     assert report.paths > 100
 
 
-def test_exact_rule_passes_statistically():
-    report = audit(statistical=True, seed=3, cases=audit_cases(seed=3)[::3])
+def test_exact_rule_passes_statistically_with_stated_power():
+    cases = audit_cases(seed=3)[:2]
+    report = audit(statistical=True, seed=3, cases=cases, statistical_runs=8_000)
     assert report.verdict == "PASS", [c.statistical.tests for c in report.cases]
-    assert report.method == "statistical"
+    assert report.method == "statistical" and report.fallback == "requested"
     assert report.false_alarm_rate == 1e-3
-    assert report.detectable_tv <= 0.05 + 1e-6
+    expected = max(
+        detectable_tv(4_000, c.vocab ** (c.k + 3), 1e-3 / len(cases), POWER) for c in cases
+    )
+    assert report.detectable_tv == pytest.approx(expected)
+    assert 0 < report.min_p_value <= 1
 
 
-def test_statistical_audit_also_catches_an_enumerable_bug():
-    report = audit(rule=zoo.resample_from_target, statistical=True, cases=audit_cases()[:4])
+def test_statistical_audit_tests_the_joint_and_catches_a_correlated_uniform():
+    deep = [c for c in audit_cases() if c.kind == "deterministic draft" and c.k == 6]
+    report = audit(rule=zoo.shared_uniform, statistical=True, cases=deep, statistical_runs=4_000)
     assert report.verdict == "FAIL"
+    assert "jointly" in next(iter(report.cases[0].statistical.tests))
+
+
+def test_a_rule_wrong_only_from_four_drafts_fails_and_the_old_grid_was_blind():
+    deep = [c for c in audit_cases() if c.k >= 4]
+    shallow = [c for c in audit_cases() if c.k <= 3]
+    assert audit(rule=zoo.exact_up_to_three, cases=shallow).verdict == "PASS"
+    report = audit(rule=zoo.exact_up_to_three, cases=deep)
+    assert report.verdict == "FAIL" and report.exhaustive_tv > 0.01
+    assert ", k=4," in report.worst_case or ", k=8," in report.worst_case
+
+
+def test_correlated_uniforms_fail_exactly():
+    report = audit(rule=zoo.shared_uniform, cases=[c for c in audit_cases() if c.k >= 2][:6])
+    assert report.method == "exhaustive" and report.fallback is None
+    assert report.verdict == "FAIL" and report.exhaustive_tv > 0.01
+
+
+def test_float32_rounding_passes_only_within_a_stated_tolerance():
+    cases = [c for c in audit_cases() if c.k >= 4]
+    strict = audit(rule=zoo.float32_rule, cases=cases)
+    assert strict.verdict == "FAIL" and 1e-9 < strict.exhaustive_tv < 1e-6
+    assert strict.rounding_tv == pytest.approx(strict.exhaustive_tv, rel=1.0)
+    assert audit(rule=zoo.float32_rule, cases=cases, tolerance=1e-6).verdict == "PASS"
+    assert audit(rule=zoo.swapped_residual, cases=cases, tolerance=1e-6).verdict == "FAIL"
+
+
+def test_rules_see_the_sampling_settings_when_they_ask():
+    greedy = [c for c in audit_cases() if c.sampling.greedy]
+    sampled = [c for c in audit_cases() if not c.sampling.greedy]
+    assert audit(rule=zoo.greedy_accepts_all, cases=greedy).verdict == "FAIL"
+    assert audit(rule=zoo.greedy_accepts_all, cases=sampled[:4]).verdict == "PASS"
+
+
+def test_arrays_and_tensors_are_accepted_as_rule_output():
+    torch = pytest.importorskip("torch")
+    cases = audit_cases()[:3]
+
+    def as_array(p, q, d, rng):
+        return np.array(exact_rule(p, q, d, rng))
+
+    def as_tensor(p, q, d, rng):
+        return torch.tensor(exact_rule(p, q, d, rng))
+
+    assert audit(rule=as_array, cases=cases).verdict == "PASS"
+    assert audit(rule=as_tensor, cases=cases).verdict == "PASS"
+    floats = audit(rule=lambda p, q, d, rng: np.array(exact_rule(p, q, d, rng), float), cases=cases)
+    assert floats.verdict == "FAIL" and "dtype float64" in floats.problem
+
+
+def test_a_rule_that_cannot_take_zero_drafts_is_never_given_them():
+    def needs_drafts(p, q, d, rng):
+        assert len(d) > 0, "zero drafts"
+        return exact_rule(p, q, d, rng)
+
+    assert audit(rule=needs_drafts, cases=audit_cases()[:4]).verdict == "PASS"
+
+
+def test_crash_reports_carry_the_case_the_inputs_and_the_frame():
+    def crashes_on_rejection(p, q, d, rng):
+        if not rng.bernoulli(0.5):
+            raise RuntimeError("boom")
+        return exact_rule(p, q, d, rng)
+
+    problem = audit(rule=crashes_on_rejection).problem
+    assert "RuntimeError: boom" in problem
+    assert "case: peaked, V=2, k=1, plain" in problem
+    assert "p=[[" in problem and "drafts=[" in problem
+    assert "in crashes_on_rejection" in problem
+
+
+def test_an_enumeration_over_budget_turns_statistical_and_says_so(monkeypatch):
+    monkeypatch.setattr(audit_module, "CASE_PATHS", 10)
+    report = audit(cases=audit_cases()[2:3], statistical_runs=2_000)
+    assert report.method == "statistical" and "more than 10" in report.fallback
+
+
+def test_tree_rules_are_audited():
+    assert audit(tree_rule=verify_tree).verdict == "PASS"
+    report = audit(tree_rule=zoo.tree_without_residual_update)
+    assert report.verdict == "FAIL" and report.exhaustive_tv > 1e-3
+
+
+def test_spec_decode_audit_is_the_auditor():
+    import spec_decode
+
+    assert spec_decode.audit is audit
 
 
 def test_search_grid_covers_the_exposing_inputs():
     cases = audit_cases()
-    assert {c.vocab for c in cases} == {2, 3, 4}
-    assert {c.k for c in cases} == {1, 2, 3}
+    assert {c.vocab for c in cases} == {2, 3, 4, 5, 6}
+    assert {c.k for c in cases} == {1, 2, 3, 4, 6, 8}
+    assert all(c.n_tokens > c.k for c in cases)  # the first step drafts all k
     assert {"disjoint supports", "near ties", "sparse", "peaked", "flat"} <= {c.kind for c in cases}
     assert any(c.sampling.greedy for c in cases)
     assert any(c.sampling.top_k for c in cases) and any(c.sampling.top_p < 1 for c in cases)

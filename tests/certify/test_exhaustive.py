@@ -75,9 +75,9 @@ def test_enumerator_visits_every_path_with_its_probability():
     assert abs(result.total_probability - 1) < TOLERANCE
 
 
-def test_uniform_cannot_be_enumerated():
-    with pytest.raises(NotEnumerable):
-        enumerate_outputs(lambda source: [int(source.uniform() < 0.5)])
+def test_uniform_used_other_than_by_comparison_cannot_be_enumerated():
+    with pytest.raises(NotEnumerable, match="float"):
+        enumerate_outputs(lambda source: [int(float(source.uniform()) < 0.5)])
 
 
 def test_zero_probability_branches_are_pruned():

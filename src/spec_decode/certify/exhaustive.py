@@ -30,15 +30,19 @@ def exact_distribution(
     prefix: Sequence[int],
     n_tokens: int,
     sampling: SamplingParams | None = None,
+    **limits: Any,
 ) -> ExactComparison:
     """Enumerate ``generate`` (emitting ``n_tokens`` after ``prefix``) down every random branch
     and set its exact output distribution beside the ``sampling``-warped target's own joint.
+    ``limits`` (``reset``, ``max_paths``, ``max_seconds``, the tolerances) go to
+    :func:`~spec_decode.certify.enumeration.enumerate_outputs`.
 
     Whatever the generator consults must decide only from the past (a k policy from the trace,
     not the clock), since every path re-runs it. Raises
-    :class:`~spec_decode.certify.enumeration.NotEnumerable` if it draws ``uniform()``.
+    :class:`~spec_decode.certify.enumeration.NotEnumerable` if it uses a ``uniform()`` other than by
+    comparing it with thresholds.
     """
-    enumeration = enumerate_outputs(lambda source: generate(source, n_tokens))
+    enumeration = enumerate_outputs(lambda source: generate(source, n_tokens), **limits)
     joint = np.zeros((target.vocab_size,) * n_tokens)
     for sequence, prob in enumeration.distribution.items():
         joint[sequence] += prob

@@ -57,10 +57,23 @@ DEFAULT_CASES = (
 )
 
 #: What ``spec-decode verify --exhaustive`` enumerates: vocabularies 2-4, k = 1-3, orders 1-2,
-#: every control, four tokens (three for the costliest vocabulary-4 warped cases).
-FULL_CASES = tuple(
-    ExhaustiveCase(vocab, k, order, 3 if vocab == 4 and sampling != CONTROLS[0] else 4, sampling)
-    for vocab, k, order, sampling in itertools.product((2, 3, 4), (1, 2, 3), (1, 2), CONTROLS)
+#: every control, four tokens (three for the costliest vocabulary-4 warped cases); then deep and
+#: wide cases: k = 4, 5 and 8 on V = 2 (k + 1 tokens, so the first step drafts all k) and
+#: vocabularies 5 and 6. Each was measured under 6 s and 4,000 paths.
+FULL_CASES = (
+    *(
+        ExhaustiveCase(
+            vocab, k, order, 3 if vocab == 4 and sampling != CONTROLS[0] else 4, sampling
+        )
+        for vocab, k, order, sampling in itertools.product((2, 3, 4), (1, 2, 3), (1, 2), CONTROLS)
+    ),
+    ExhaustiveCase(2, 4, 1, 5, CONTROLS[0]),
+    ExhaustiveCase(2, 5, 1, 6, CONTROLS[2]),
+    ExhaustiveCase(2, 8, 1, 9, CONTROLS[3]),
+    ExhaustiveCase(5, 1, 1, 3, CONTROLS[0]),
+    ExhaustiveCase(5, 2, 1, 3, CONTROLS[3]),
+    ExhaustiveCase(6, 1, 1, 3, CONTROLS[1]),
+    ExhaustiveCase(6, 2, 1, 3, CONTROLS[2]),
 )
 
 
@@ -76,7 +89,8 @@ class AuditCase:
 
     @property
     def n_tokens(self) -> int:
-        return 4 if self.vocab <= 3 else 3
+        """Enough tokens for the first step to draft all k tokens, and a second step after it."""
+        return max(4 if self.vocab <= 3 else 3, self.k + 1)
 
     @property
     def name(self) -> str:
@@ -115,6 +129,14 @@ def _near_ties(rng: np.random.Generator, vocab: int) -> tuple[MarkovModel, Marko
     return MarkovModel(rows), MarkovModel(rows[:, rng.permutation(vocab)])
 
 
+def _deterministic_draft(rng: np.random.Generator, vocab: int) -> tuple[MarkovModel, MarkovModel]:
+    """A target with full rows and a draft that always proposes one token per context (honestly
+    one-hot): drafting never branches, so a deep chain (k up to 8) stays cheap to enumerate while
+    every acceptance, rejection and residual of the rule is still exercised."""
+    draft = np.eye(vocab)[rng.integers(vocab, size=vocab)]
+    return MarkovModel(_rows(rng, vocab, 1.0)), MarkovModel(draft)
+
+
 PAIR_FAMILIES: dict[str, Callable[[np.random.Generator, int], tuple[MarkovModel, MarkovModel]]] = {
     "peaked": lambda rng, v: (
         lambda t: (MarkovModel(t), MarkovModel(0.5 * t + 0.5 * _rows(rng, v, 0.2)))
@@ -129,21 +151,44 @@ PAIR_FAMILIES: dict[str, Callable[[np.random.Generator, int], tuple[MarkovModel,
         lambda t: (MarkovModel(t), MarkovModel(_masked(t, rng.random((v, v)) < 0.5)))
     )(_rows(rng, v, 1.0)),
     "near ties": _near_ties,
+    "deterministic draft": _deterministic_draft,
 }
 
 _SHAPES = ((2, 1), (3, 2), (4, 1), (3, 3), (2, 3), (4, 2))
 
 
-def audit_cases(seed: int = 0, vocab: int | None = None) -> list[AuditCase]:
-    """The search grid: every pair kind plain and warped, rotating through shapes and controls.
+#: Deep and wide cases (kind, vocabulary, k, control index): k up to 8 on V = 2, where the path
+#: count allows it, and vocabularies 5 and 6. Each stays within the per-case budget of the auditor
+#: (:data:`spec_decode.certify.audit.CASE_PATHS` paths, :data:`~spec_decode.certify.audit.
+#: CASE_SECONDS` seconds); the CLI's ``--case`` picks any of them.
+_DEEP_AND_WIDE = (
+    ("peaked", 2, 4, 0),
+    ("deterministic draft", 2, 4, 0),
+    ("deterministic draft", 2, 6, 2),
+    ("deterministic draft", 2, 8, 0),
+    ("peaked", 2, 8, 3),
+    ("flat", 5, 1, 0),
+    ("sparse", 6, 1, 1),
+    ("near ties", 6, 2, 3),
+)
 
-    With ``vocab`` given (a drafter bound to its own vocabulary), every case uses it.
+
+def audit_cases(seed: int = 0, vocab: int | None = None) -> list[AuditCase]:
+    """The search grid: every pair kind plain and warped, rotating through shapes and controls,
+    then the deep (k up to 8) and wide (V = 5, 6) cases.
+
+    With ``vocab`` given (a drafter bound to its own vocabulary), every case uses it, and above
+    V = 2 the deep cases stop at k = 4, where their path counts stay within the budget.
     """
     cases = []
-    for i, (kind, warped) in enumerate(itertools.product(PAIR_FAMILIES, (False, True))):
+    families = [kind for kind in PAIR_FAMILIES if kind != "deterministic draft"]
+    for i, (kind, warped) in enumerate(itertools.product(families, (False, True))):
         size, k = _SHAPES[i % len(_SHAPES)]
         sampling = CONTROLS[1 + (i // 2) % (len(CONTROLS) - 1)] if warped else CONTROLS[0]
         cases.append(AuditCase(kind, vocab or size, k, sampling, seed + i))
+    for i, (kind, size, k, control) in enumerate(_DEEP_AND_WIDE, start=len(cases)):
+        k = min(k, 4) if vocab is not None and vocab > 2 else k
+        cases.append(AuditCase(kind, vocab or size, k, CONTROLS[control], seed + i))
     return cases
 
 

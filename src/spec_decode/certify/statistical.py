@@ -78,3 +78,34 @@ def statistical_certificate(
         tests[name] = chi_square_test(counts, reference, significance)
         detectable[name] = detectable_tv(runs, reference.size, significance, POWER)
     return StatisticalCertificate(tests, detectable, runs)
+
+
+def joint_certificate(
+    generate: Generate,
+    target: Model,
+    prefix: Sequence[int],
+    n_tokens: int,
+    runs: int,
+    seed: int,
+    *,
+    sampling: SamplingParams | None = None,
+    significance: float = 1e-3,
+) -> StatisticalCertificate:
+    """One chi-square test of the joint distribution of the first ``n_tokens`` emitted tokens
+    (``runs`` seeded samples) against the ``sampling``-warped target's joint.
+
+    With ``n_tokens`` = k + 3 the joint spans the first verification block and the two steps after
+    it, so any dependence between positions (a uniform shared across acceptances, a bias only
+    after a full block) shows, which marginals can miss.
+    """
+    rng = np.random.default_rng(seed)
+    samples = np.array([generate(rng, n_tokens) for _ in range(runs)])
+    reference = warped_target_joint(target, sampling or SamplingParams(), prefix, n_tokens)
+    counts = np.zeros(reference.shape)
+    np.add.at(counts, tuple(samples.T), 1)
+    name = f"tokens 1-{n_tokens} jointly"
+    return StatisticalCertificate(
+        {name: chi_square_test(counts, reference, significance)},
+        {name: detectable_tv(runs, reference.size, significance, POWER)},
+        runs,
+    )

@@ -78,3 +78,34 @@ def progress(description: str, total: int, enabled: bool) -> Iterator[Callable[[
     with Progress(console=console, transient=True, disable=not enabled) as progress:
         task = progress.add_task(description, total=total)
         yield lambda: progress.advance(task)
+
+
+#: Largest sizes the toy commands accept. They are checked before any work starts, so a typo
+#: fails in a second with the limit named instead of hanging or raising MemoryError: the theory
+#: walks k deep per iteration, each toy model holds vocab ** (order + 1) floats, and the tree
+#: theory recurses once per sibling.
+MAX_K = 1024
+MAX_TABLE_ENTRIES = 2**24
+MAX_TREE_NODES = 1024
+MAX_TREE_WIDTH = 32
+
+
+def check_sizes(k: int, vocab: int, order: int, tree: str | None = None) -> None:
+    """Refuse sizes beyond the limits above as bad parameters (exit 2), naming the limit."""
+    if k > MAX_K:
+        raise typer.BadParameter(f"k = {k} is above the limit of {MAX_K}", param_hint="--k")
+    if vocab ** (order + 1) > MAX_TABLE_ENTRIES:
+        raise typer.BadParameter(
+            f"vocab ** (order + 1) = {vocab ** (order + 1):.3g} table entries is above the limit "
+            f"of {MAX_TABLE_ENTRIES:,} (e.g. vocab <= 4096 at order 1)",
+            param_hint="--vocab",
+        )
+    if tree is not None:
+        widths = [int(w) for w in tree.split(",") if w.strip().isdigit()]
+        nodes = sum(math.prod(widths[: d + 1]) for d in range(len(widths)))
+        if nodes > MAX_TREE_NODES or max(widths, default=0) > MAX_TREE_WIDTH:
+            raise typer.BadParameter(
+                f"tree {tree} has {nodes:,} nodes and width {max(widths)}; the limits are "
+                f"{MAX_TREE_NODES} nodes and width {MAX_TREE_WIDTH}",
+                param_hint="--tree",
+            )

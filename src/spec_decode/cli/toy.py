@@ -11,7 +11,7 @@ from rich.table import Table
 
 from spec_decode.certify.closed_form import certify_closed_form
 from spec_decode.certify.exhaustive import certify_exhaustive
-from spec_decode.certify.grid import DEFAULT_CASES, FULL_CASES
+from spec_decode.certify.grid import DEFAULT_CASES, FULL_CASES, ExhaustiveCase, describe
 from spec_decode.certify.reference import TV_TOLERANCE
 from spec_decode.cli.options import (
     AsJson,
@@ -26,6 +26,7 @@ from spec_decode.cli.options import (
     TopP,
     TreeWidths,
     Vocab,
+    check_sizes,
     console,
     print_json,
     progress,
@@ -43,6 +44,13 @@ from spec_decode.toy.experiments import (
 )
 
 
+def _case_name(case: ExhaustiveCase) -> str:
+    return (
+        f"V={case.vocab}, k={case.k}, order {case.order}, {case.n_tokens} tokens, "
+        f"{describe(case.sampling)}"
+    )
+
+
 def verify(
     pairs: Annotated[int, typer.Option(min=1, help="Random (p, q) pairs to check.")] = 10_000,
     exhaustive: Annotated[
@@ -50,7 +58,8 @@ def verify(
         typer.Option(
             "--exhaustive",
             help="Enumerate the generator on the full grid (vocabularies 2-4, k 1-3, orders 1-2, "
-            "every sampling control; about two minutes) instead of the quick default grid.",
+            "every sampling control, then k 4-8 on V=2 and V=5-6; a few minutes) instead of "
+            "the quick default grid.",
         ),
     ] = False,
     seed: Seed = 0,
@@ -85,6 +94,8 @@ def verify(
             f"{enumerated.cases} enumerated cases, {enumerated.paths:,} execution paths: "
             f"{enumerated.max_tv:.3g}"
         )
+        if enumerated.worst_case is not None:
+            console.print(f"worst case:  {_case_name(enumerated.worst_case)}")
         console.print(f"tolerance {TV_TOLERANCE:g}")
         if passed:
             console.print("[green]PASS[/] — the emitted distribution equals the target's, exactly.")
@@ -126,6 +137,7 @@ def run(
     as_json: AsJson = False,
 ) -> None:
     """Generate from a toy Markov pair; measured figures next to the exact expectation."""
+    check_sizes(k, vocab, order, tree)
     if tree is not None:
         try:
             tree_result = run_tree_experiment(

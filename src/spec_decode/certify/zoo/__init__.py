@@ -17,6 +17,8 @@ from spec_decode.certify.zoo.drafters import (
 )
 from spec_decode.certify.zoo.rules import (
     bonus_from_draft,
+    exact_up_to_three,
+    greedy_accepts_all,
     inverted_ratio,
     resample_from_target,
     retempered_target,
@@ -26,6 +28,7 @@ from spec_decode.certify.zoo.rules import (
     unnormalised_residual,
 )
 from spec_decode.certify.zoo.trees import UnadjustedTreeDrafter, tree_without_residual_update
+from spec_decode.certify.zoo.uniform_rules import float32_rule, shared_uniform, uniform_rule
 from spec_decode.core.rules import exact_rule
 
 #: Broken rules and drafters (the auditor must FAIL each), by name.
@@ -37,6 +40,9 @@ BROKEN_RULES = {
     "bonus_from_draft": bonus_from_draft,
     "retempered_target": retempered_target,
     "typical_acceptance": typical_acceptance,
+    "exact_up_to_three": exact_up_to_three,
+    "shared_uniform": shared_uniform,
+    "greedy_accepts_all": greedy_accepts_all,
 }
 BROKEN_DRAFTERS = {
     "argmax_drafter": argmax_drafter,
@@ -45,7 +51,9 @@ BROKEN_DRAFTERS = {
     "confidence_after_draw": confidence_after_draw,
 }
 #: Exact controls (the auditor must PASS each), by name.
-EXACT_RULES = {"exact_rule": exact_rule, "sample_match": sample_match}
+EXACT_RULES = {"exact_rule": exact_rule, "sample_match": sample_match, "uniform_rule": uniform_rule}
+#: Unbiased but rounded (float32): FAIL at the default tolerance, PASS with ``tolerance=1e-6``.
+ROUNDING_RULES = {"float32_rule": float32_rule}
 EXACT_DRAFTERS = {"one_hot_drafter": one_hot_drafter}
 
 __all__ = [
@@ -54,20 +62,26 @@ __all__ = [
     "DRAW_CUT_OFF",
     "EXACT_DRAFTERS",
     "EXACT_RULES",
+    "ROUNDING_RULES",
     "UnadjustedTreeDrafter",
     "argmax_drafter",
     "bonus_from_draft",
     "confidence_after_draw",
     "exact_rule",
+    "exact_up_to_three",
+    "float32_rule",
+    "greedy_accepts_all",
     "inverted_ratio",
     "lookup_with_model_q",
     "one_hot_drafter",
     "resample_from_target",
     "retempered_target",
     "sample_match",
+    "shared_uniform",
     "swapped_residual",
     "tree_without_residual_update",
     "truncated_drafter",
     "typical_acceptance",
+    "uniform_rule",
     "unnormalised_residual",
 ]

@@ -155,3 +155,44 @@ def sample_match(
             return emitted
     emitted.append(rng.categorical(p[len(draft_tokens)]))
     return emitted
+
+
+def exact_up_to_three(
+    p: np.ndarray, q: np.ndarray, draft_tokens: Sequence[int], rng: RandomSource
+) -> list[int]:
+    """Exact for up to three drafts; from the fourth on, a rejection resamples p, not the residual.
+
+    Re-creates a bug that lives only in a code path for long blocks (a kernel specialised by
+    block size): a grid that stops at k = 3 certifies it; at k >= 4 the fourth token is biased as
+    in :func:`resample_from_target`.
+    """
+
+    def on_reject(position: int) -> np.ndarray:
+        return p[position] if position >= 3 else residual(p[position], q[position])
+
+    emitted: list[int] = []
+    for position, token in enumerate(draft_tokens):
+        if not rng.bernoulli(p[position, token] / q[position, token]):
+            emitted.append(rng.categorical(on_reject(position)))
+            return emitted
+        emitted.append(int(token))
+    emitted.append(rng.categorical(p[len(draft_tokens)]))
+    return emitted
+
+
+def greedy_accepts_all(
+    p: np.ndarray,
+    q: np.ndarray,
+    draft_tokens: Sequence[int],
+    rng: RandomSource,
+    *,
+    sampling: SamplingParams,
+) -> list[int]:
+    """Exact when sampling; at temperature 0 a 'fast path' keeps every draft unchecked.
+
+    Engines branch on the sampling settings (greedy kernels); this branch emits the draft's argmax
+    chain instead of the target's. Only an auditor that passes the settings sees it.
+    """
+    if sampling.greedy:
+        return [*map(int, draft_tokens), int(np.argmax(p[len(draft_tokens)]))]
+    return exact_rule(p, q, draft_tokens, rng)

@@ -1,0 +1,128 @@
+"""How the auditor calls the code under test: the rule and drafter adapters.
+
+Real engines' code is written for tensors and for their own calling conventions, so the auditor
+meets it half way, in one place:
+
+* a rule whose signature has a ``sampling`` parameter is called with the case's
+  :class:`~spec_decode.core.sampling.SamplingParams` (bound with :func:`functools.partial`), so
+  greedy or temperature branches are audited as they run;
+* a rule may return a list, a numpy array or a torch tensor of token ids (converted here);
+* a step with no drafts (the generator's last step when one token remains, in versions that still
+  call the rule then) never reaches the audited rule: the adapter samples the target row itself,
+  which is what the exact rule does then and what real engines, which never see zero drafts,
+  would need. Either way the audited rule only ever sees one or more drafts;
+* every call's inputs are kept, so a crash report can show the case and the inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spec_decode.core.models import MarkovModel
+from spec_decode.core.randomness import RandomSource
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.drafting.drafters import Drafter, ModelDrafter
+
+DrafterFunction = Callable[..., tuple[list[int], np.ndarray]]
+
+
+def accepts_sampling(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` declares a ``sampling`` parameter (then it is given the controls)."""
+    try:
+        return "sampling" in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return False
+
+
+def as_tokens(result: Any) -> Any:
+    """A rule's return value as a list of ints when it is an integer array or tensor; anything
+    else is passed on unchanged for the generator's own checks to judge."""
+    if hasattr(result, "detach") and hasattr(result, "cpu"):  # a torch tensor
+        result = result.detach().cpu().numpy()
+    if isinstance(result, np.ndarray):
+        if not np.issubdtype(result.dtype, np.integer):
+            raise ValueError(f"the rule returned an array of dtype {result.dtype}, not token ids")
+        return [int(t) for t in result.ravel()]
+    return result
+
+
+class AuditedRule:
+    """The audited chain rule as the generator calls it (see the module docstring)."""
+
+    def __init__(self, rule: Callable[..., Any], sampling: SamplingParams) -> None:
+        self.rule = functools.partial(rule, sampling=sampling) if accepts_sampling(rule) else rule
+        self.last_inputs: str | None = None
+
+    def __call__(
+        self, p: np.ndarray, q: np.ndarray, draft_tokens: Sequence[int], rng: RandomSource
+    ) -> list[int]:
+        if len(draft_tokens) == 0:
+            return [rng.categorical(p[0])]
+        self.last_inputs = f"p={_rows(p)}, q={_rows(q)}, drafts={list(draft_tokens)}"
+        return as_tokens(self.rule(p, q, draft_tokens, rng))
+
+
+class AuditedTreeRule:
+    """The audited tree rule as the generator calls it: controls bound, output converted."""
+
+    def __init__(self, rule: Callable[..., Any], sampling: SamplingParams) -> None:
+        self.rule = functools.partial(rule, sampling=sampling) if accepts_sampling(rule) else rule
+        self.last_inputs: str | None = None
+
+    def __call__(self, p: np.ndarray, tree: Any, rng: RandomSource) -> list[int]:
+        self.last_inputs = f"p={_rows(p)}, tree tokens={list(tree.tokens)}"
+        return as_tokens(self.rule(p, tree, rng))
+
+
+def _rows(array: np.ndarray) -> str:
+    return np.array2string(np.asarray(array), precision=4, separator=", ").replace("\n", "")
+
+
+def audited_drafter(
+    drafter: Drafter | DrafterFunction | None, draft: MarkovModel, sampling: SamplingParams
+) -> Drafter:
+    """The drafter to run: ours on the case's draft model, the audited object, or the audited
+    plain function given the draft model already warped by the case's controls."""
+    if drafter is None:
+        return ModelDrafter(draft, sampling)
+    if hasattr(drafter, "propose"):
+        return drafter  # type: ignore[return-value]
+    return _CallableDrafter(drafter, _Warped(draft, sampling))
+
+
+@dataclass(frozen=True)
+class _Warped:
+    """A model view whose distributions are already warped by the sampling controls."""
+
+    model: MarkovModel
+    sampling: SamplingParams
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def next_dist(self, prefix: Sequence[int]) -> np.ndarray:
+        return self.sampling.warp(self.model.next_dist(prefix))
+
+
+@dataclass(frozen=True)
+class _CallableDrafter:
+    """Adapts a plain ``(draft_model, prefix, k, rng)`` function to the drafter interface."""
+
+    function: DrafterFunction
+    model: _Warped
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def propose(
+        self, prefix: Sequence[int], k: int, rng: RandomSource
+    ) -> tuple[list[int], np.ndarray]:
+        return self.function(self.model, prefix, k, rng)
