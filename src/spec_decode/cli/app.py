@@ -22,3 +22,6 @@ app.command(name="audit")(audit_command)
 app.command(name="generate")(generate_command)
 app.command(name="calibrate")(calibrate_command)
 app.add_typer(models_app, name="models")
+
+if __name__ == "__main__":
+    app()

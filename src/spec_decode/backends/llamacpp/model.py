@@ -81,6 +81,9 @@ class LlamaCppModel(PrefixCachedModel):
         params.n_outputs_max = max(params.n_batch, params.n_seq_max)  # llama.cpp asserts this
         params.kv_unified = True  # one cache shared by all sequences (tree paths share a prefix)
         params.n_threads = params.n_threads_batch = self.n_threads
+        # Flash attention tiles the keys differently for several query rows than for one once the
+        # cache passes 256 cells (0.3 in a logit at 258 tokens): off, blocks stay bitwise equal.
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.no_perf = True
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not ctx:
