@@ -21,8 +21,9 @@ BACKENDS = ("llama.cpp", "transformers")
 
 @dataclass
 class Loaded:
-    """A loaded model with its tokenizer, the ids that end generation, and the load time."""
+    """A loaded model with its backend, tokenizer, the ids that end generation, and load time."""
 
+    backend: str
     model: Any
     tokenizer: Any
     stop_ids: frozenset[int]
@@ -66,22 +67,17 @@ def load(
 
 
 def check_pair(target: Loaded, draft: Loaded) -> None:
-    """Raise ``ValueError`` unless draft and target share a vocabulary and a tokenizer:
-    speculative decoding compares distributions over the same token ids."""
-    if target.model.vocab_size != draft.model.vocab_size:
-        raise ValueError(
-            f"draft and target vocabularies differ: {draft.model.vocab_size} vs "
-            f"{target.model.vocab_size} logits"
-        )
-    if hasattr(target.tokenizer, "get_vocab") and hasattr(draft.tokenizer, "get_vocab"):
-        if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
-            raise ValueError("draft and target tokenizers differ: their token-to-id maps differ")
-        if target.tokenizer.all_special_ids != draft.tokenizer.all_special_ids:
-            raise ValueError("draft and target tokenizers differ in their special tokens")
-    else:
+    """Raise ``ValueError`` unless draft and target share a vocabulary and a tokenizer
+    (speculative decoding compares distributions over the same token ids): the backend's own
+    check."""
+    if target.backend == "llama.cpp":
         from spec_decode.backends.llamacpp import check_pair as check_llamacpp_pair
 
         check_llamacpp_pair(target.model, draft.model)
+    else:
+        from spec_decode.backends.transformers import check_pair as check_transformers_pair
+
+        check_transformers_pair(target.model, draft.model, target.tokenizer, draft.tokenizer)
 
 
 def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
@@ -99,7 +95,7 @@ def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
     start = time.perf_counter()
     model = load_model(path, n_threads=threads)
     tokenizer = load_tokenizer(model)
-    return Loaded(model, tokenizer, tokenizer.eog_ids, time.perf_counter() - start)
+    return Loaded("llama.cpp", model, tokenizer, tokenizer.eog_ids, time.perf_counter() - start)
 
 
 def _load_transformers(name_or_path: str, weights: str, device: str) -> Loaded:
@@ -118,4 +114,4 @@ def _load_transformers(name_or_path: str, weights: str, device: str) -> Loaded:
     )
     if tokenizer.eos_token_id is not None:
         stop.add(tokenizer.eos_token_id)
-    return Loaded(model, tokenizer, frozenset(stop), time.perf_counter() - start)
+    return Loaded("transformers", model, tokenizer, frozenset(stop), time.perf_counter() - start)
