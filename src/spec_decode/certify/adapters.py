@@ -93,22 +93,8 @@ def audited_drafter(
         return ModelDrafter(draft, sampling)
     if hasattr(drafter, "propose"):
         return drafter  # type: ignore[return-value]
-    return _CallableDrafter(drafter, _Warped(draft, sampling))
-
-
-@dataclass(frozen=True)
-class _Warped:
-    """A model view whose distributions are already warped by the sampling controls."""
-
-    model: MarkovModel
-    sampling: SamplingParams
-
-    @property
-    def vocab_size(self) -> int:
-        return self.model.vocab_size
-
-    def next_dist(self, prefix: Sequence[int]) -> np.ndarray:
-        return self.sampling.warp(self.model.next_dist(prefix))
+    warped = MarkovModel(sampling.warp(draft.rows).reshape(draft.table.shape))
+    return _CallableDrafter(drafter, warped, warped.vocab_size)
 
 
 @dataclass(frozen=True)
@@ -116,11 +102,8 @@ class _CallableDrafter:
     """Adapts a plain ``(draft_model, prefix, k, rng)`` function to the drafter interface."""
 
     function: DrafterFunction
-    model: _Warped
-
-    @property
-    def vocab_size(self) -> int:
-        return self.model.vocab_size
+    model: MarkovModel
+    vocab_size: int
 
     def propose(
         self, prefix: Sequence[int], k: int, rng: RandomSource

@@ -47,13 +47,16 @@ class ExhaustiveCase:
 
 
 #: What plain ``spec-decode verify`` enumerates: each control, orders 1 and 2 (seconds).
-DEFAULT_CASES = (
-    ExhaustiveCase(3, 2, 1, 4, CONTROLS[0]),
-    ExhaustiveCase(3, 2, 2, 4, CONTROLS[1]),
-    ExhaustiveCase(4, 3, 1, 3, CONTROLS[2]),
-    ExhaustiveCase(4, 2, 2, 4, CONTROLS[3]),
-    ExhaustiveCase(2, 3, 2, 4, CONTROLS[0]),
-    ExhaustiveCase(4, 2, 1, 4, CONTROLS[0]),
+DEFAULT_CASES = tuple(
+    ExhaustiveCase(vocab, k, order, n_tokens, CONTROLS[control])
+    for vocab, k, order, n_tokens, control in (
+        (3, 2, 1, 4, 0),
+        (3, 2, 2, 4, 1),
+        (4, 3, 1, 3, 2),
+        (4, 2, 2, 4, 3),
+        (2, 3, 2, 4, 0),
+        (4, 2, 1, 4, 0),
+    )
 )
 
 #: What ``spec-decode verify --exhaustive`` enumerates: vocabularies 2-4, k = 1-3, orders 1-2,
@@ -67,13 +70,18 @@ FULL_CASES = (
         )
         for vocab, k, order, sampling in itertools.product((2, 3, 4), (1, 2, 3), (1, 2), CONTROLS)
     ),
-    ExhaustiveCase(2, 4, 1, 5, CONTROLS[0]),
-    ExhaustiveCase(2, 5, 1, 6, CONTROLS[2]),
-    ExhaustiveCase(2, 8, 1, 9, CONTROLS[3]),
-    ExhaustiveCase(5, 1, 1, 3, CONTROLS[0]),
-    ExhaustiveCase(5, 2, 1, 3, CONTROLS[3]),
-    ExhaustiveCase(6, 1, 1, 3, CONTROLS[1]),
-    ExhaustiveCase(6, 2, 1, 3, CONTROLS[2]),
+    *(
+        ExhaustiveCase(vocab, k, order, n_tokens, CONTROLS[control])
+        for vocab, k, order, n_tokens, control in (
+            (2, 4, 1, 5, 0),
+            (2, 5, 1, 6, 2),
+            (2, 8, 1, 9, 3),
+            (5, 1, 1, 3, 0),
+            (5, 2, 1, 3, 3),
+            (6, 1, 1, 3, 1),
+            (6, 2, 1, 3, 2),
+        )
+    ),
 )
 
 

@@ -94,15 +94,9 @@ def run_generation(
     else:
         policy = policy_by_name("fixed", k) if isinstance(k, int) else k
         step = chain_step(target, drafter, policy, exact_rule, sampling)
+    rng = np.random.default_rng(seed)
     return generate(
-        target,
-        step,
-        prompt_ids,
-        max_new_tokens,
-        np.random.default_rng(seed),
-        drafter=drafter,
-        on_tokens=on_tokens,
-        stop_tokens=stop_ids,
+        target, step, prompt_ids, max_new_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_ids
     )
 
 

@@ -67,23 +67,16 @@ def generate(
     n_tokens: int,
     rng: np.random.Generator | RandomSource,
     *,
-    drafter: HasVocabulary | None = None,
     on_tokens: TokenCallback | None = None,
     stop_tokens: Collection[int] = (),
 ) -> Trace:
     """Emit ``n_tokens`` tokens after ``prefix``, one ``step`` (one target pass) at a time.
 
-    ``drafter``, when given, is checked to share the target's vocabulary. A step is told how many
-    tokens are still wanted and must not emit more. Generation ends early right after any token
-    in ``stop_tokens`` (which is kept).
+    A step is told how many tokens are still wanted and must not emit more. Generation ends early
+    right after any token in ``stop_tokens`` (which is kept).
     """
     if n_tokens < 0:
         raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
-    if drafter is not None and drafter.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"draft vocabulary ({drafter.vocab_size}) differs from the target's "
-            f"({target.vocab_size})"
-        )
     context, source = check_prefix(prefix, target.vocab_size), as_source(rng)
     trace = Trace()
     while len(trace.tokens) < n_tokens:
@@ -121,7 +114,7 @@ def planned_step(
     depends only on the context and the trace, so the output is distributed as the target's
     whenever every drafter reports the q it drew from and the rule is exact.
     """
-    vocab_size = target.vocab_size
+    vocab_size = _shared_vocabulary(target, *drafters.values())
 
     def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
         k_max = remaining - 1  # a step emits at most k + 1 tokens: no overshoot
@@ -152,7 +145,7 @@ def tree_step(
     target: Model, drafter: TreeDrafter, shape: TreeShape, rule: TreeRule, sampling: SamplingParams
 ) -> StepFunction:
     """Draft a tree of ``shape`` (cut to the depth still needed), score it in one pass, verify."""
-    vocab_size = target.vocab_size
+    vocab_size = _shared_vocabulary(target, drafter)
 
     def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
         depth = min(shape.depth, remaining - 1)  # a step emits at most depth + 1 tokens
@@ -167,6 +160,17 @@ def tree_step(
         return Step(emitted, tree.size, tree.kept(emitted), tree.expansions, draft_s, target_s)
 
     return step
+
+
+def _shared_vocabulary(target: Model, *drafters: HasVocabulary) -> int:
+    """The target's vocabulary size, once every drafter is checked to propose in it."""
+    for drafter in drafters:
+        if drafter.vocab_size != target.vocab_size:
+            raise ValueError(
+                f"draft vocabulary ({drafter.vocab_size}) differs from the target's "
+                f"({target.vocab_size})"
+            )
+    return target.vocab_size
 
 
 def _timed_scores(
@@ -247,14 +251,7 @@ def generate_speculative(
     drafter = drafter or ModelDrafter(_required(draft), sampling)
     step = chain_step(target, drafter, policy, rule, sampling)
     return generate(
-        target,
-        step,
-        prefix,
-        n_tokens,
-        rng,
-        drafter=drafter,
-        on_tokens=on_tokens,
-        stop_tokens=stop_tokens,
+        target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
     )
 
 
@@ -289,14 +286,7 @@ def generate_tree(
     drafter = drafter or ModelTreeDrafter(_required(draft), sampling, replacement)
     step = tree_step(target, drafter, shape, rule, sampling)
     return generate(
-        target,
-        step,
-        prefix,
-        n_tokens,
-        rng,
-        drafter=drafter,
-        on_tokens=on_tokens,
-        stop_tokens=stop_tokens,
+        target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
     )
 
 

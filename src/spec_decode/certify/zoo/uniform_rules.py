@@ -3,7 +3,7 @@ arithmetic. The auditor enumerates these exactly (:mod:`spec_decode.certify.lazy
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -19,14 +19,7 @@ def uniform_rule(
     This is how engines write it (``torch.rand(k) * q < p``); the control shows that comparing
     uniforms is enumerated exactly, not judged by sampling.
     """
-    emitted: list[int] = []
-    for position, token in enumerate(draft_tokens):
-        if not rng.uniform() * q[position, token] < p[position, token]:
-            emitted.append(rng.categorical(residual(p[position], q[position])))
-            return emitted
-        emitted.append(int(token))
-    emitted.append(rng.categorical(p[len(draft_tokens)]))
-    return emitted
+    return _accept_below_uniforms(p, q, draft_tokens, rng, rng.uniform)
 
 
 def shared_uniform(
@@ -39,10 +32,21 @@ def shared_uniform(
     after the first acceptance (u < r_1) later ones are too likely when r_2 >= r_1, so whole blocks
     are accepted or rejected together and the joint distribution of the block is wrong.
     """
-    emitted: list[int] = []
     u = rng.uniform()
+    return _accept_below_uniforms(p, q, draft_tokens, rng, lambda: u)
+
+
+def _accept_below_uniforms(
+    p: np.ndarray,
+    q: np.ndarray,
+    draft_tokens: Sequence[int],
+    rng: RandomSource,
+    next_uniform: Callable[[], float],
+) -> list[int]:
+    """The exact rule's walk, accepting draft i when ``next_uniform() * q(x_i) < p(x_i)``."""
+    emitted: list[int] = []
     for position, token in enumerate(draft_tokens):
-        if not u * q[position, token] < p[position, token]:
+        if not next_uniform() * q[position, token] < p[position, token]:
             emitted.append(rng.categorical(residual(p[position], q[position])))
             return emitted
         emitted.append(int(token))
