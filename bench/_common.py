@@ -21,6 +21,7 @@ import numpy as np
 from spec_decode.core.generate import generate_autoregressive, generate_speculative
 from spec_decode.core.models import Model
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.trace import Trace
 from spec_decode.drafting.drafters import Drafter
 from spec_decode.drafting.policies import KPolicy
 
@@ -151,13 +152,18 @@ def run_ours(
         trace = generate_speculative(
             target, draft, ids, tokens, k, rng, sampling=sampling, drafter=drafter
         )
-    seconds = time.perf_counter() - start
+    return trace_record(trace, time.perf_counter() - start)
+
+
+def trace_record(trace: Trace, seconds: float) -> dict[str, object]:
+    """The record of one of our runs: tokens, wall seconds and the trace's exact counts
+    (acceptance None when nothing was drafted)."""
     return {
         "tokens": trace.tokens,
         "seconds": seconds,
         "target_passes": trace.target_passes,
         "draft_calls": trace.draft_calls,
-        "acceptance_rate": trace.acceptance_rate if k is not None else None,
+        "acceptance_rate": trace.acceptance_rate if trace.proposed else None,
         "tokens_per_pass": trace.tokens_per_pass,
     }
 

@@ -41,6 +41,7 @@ from _common import (
     load_transformers_pair,
     machine,
     run_ours,
+    trace_record,
     write_results,
 )
 from prompt_sets import CATEGORIES, sample
@@ -207,13 +208,7 @@ def run_auto(
     step = auto_step(target, planner, sampling)
     start = time.perf_counter()
     trace = generate(target, step, prompt_ids, tokens, np.random.default_rng(seed))
-    return {
-        "tokens": trace.tokens,
-        "seconds": time.perf_counter() - start,
-        "target_passes": trace.target_passes,
-        "draft_calls": trace.draft_calls,
-        "tokens_per_pass": trace.tokens_per_pass,
-    }
+    return trace_record(trace, time.perf_counter() - start)
 
 
 def run_llama_python(
