@@ -363,11 +363,11 @@ def test_out_of_vocabulary_token_is_a_clear_error(target):
 
 
 def test_pair_with_another_vocabulary_is_a_clear_error(target, close_draft, tmp_path):
-    check_pair(target, close_draft)
+    check_pair(load_tokenizer(target), load_tokenizer(close_draft))
     renamed = [*TOKENS[:-1], "c"]
     other = open_model(write_gguf(tmp_path / "other.gguf", tiny_weights(3, 4.0), renamed))
     with pytest.raises(ValueError, match="tokenizers differ"):
-        check_pair(target, other)
+        check_pair(load_tokenizer(target), load_tokenizer(other))
 
 
 def test_default_context_is_the_trained_context(gguf_files):

@@ -73,7 +73,7 @@ def check_pair(target: Loaded, draft: Loaded) -> None:
     if target.backend == "llama.cpp":
         from spec_decode.backends.llamacpp import check_pair as check_llamacpp_pair
 
-        check_llamacpp_pair(target.model, draft.model)
+        check_llamacpp_pair(target.tokenizer, draft.tokenizer)
     else:
         from spec_decode.backends.transformers import check_pair as check_transformers_pair
 

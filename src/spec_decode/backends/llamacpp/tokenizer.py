@@ -54,6 +54,10 @@ class LlamaCppTokenizer:
         data = b"".join(self.piece(t, special=not skip_special_tokens) for t in ids)
         return data.decode("utf-8", "replace")
 
+    def token_texts(self) -> list[bytes]:
+        """Every token's stored text, in id order."""
+        return [llama_cpp.llama_vocab_get_text(self._vocab, t) for t in range(self.vocab_size)]
+
     @property
     def chat_template(self) -> str | None:
         """The model's Jinja chat template from its GGUF metadata, if it has one."""
@@ -76,8 +80,8 @@ class LlamaCppTokenizer:
         return render_chat_template(self.chat_template, messages)
 
 
-def check_pair(target: LlamaCppModel, draft: LlamaCppModel) -> None:
-    """Raise ``ValueError`` unless draft and target share one vocabulary.
+def check_pair(target: LlamaCppTokenizer, draft: LlamaCppTokenizer) -> None:
+    """Raise ``ValueError`` unless the draft's tokenizer is the target's.
 
     Speculative decoding compares distributions over the same token ids, so the two GGUF files
     must list the same tokens in the same order and end generation on the same ids.
@@ -87,14 +91,10 @@ def check_pair(target: LlamaCppModel, draft: LlamaCppModel) -> None:
             f"draft and target vocabularies differ: {draft.vocab_size} vs "
             f"{target.vocab_size} tokens"
         )
-    if _token_texts(target) != _token_texts(draft):
+    if target.token_texts() != draft.token_texts():
         raise ValueError("draft and target tokenizers differ: their token lists are not equal")
-    if load_tokenizer(target).eog_ids != load_tokenizer(draft).eog_ids:
+    if target.eog_ids != draft.eog_ids:
         raise ValueError("draft and target tokenizers differ in their end-of-generation tokens")
-
-
-def _token_texts(model: LlamaCppModel) -> list[bytes]:
-    return [llama_cpp.llama_vocab_get_text(model._vocab, t) for t in range(model.vocab_size)]
 
 
 def load_tokenizer(model: LlamaCppModel) -> LlamaCppTokenizer:
