@@ -147,9 +147,7 @@ def toy_auto(vocab: int, costs: CostCurve, sampling: SamplingParams) -> tuple[Mo
 
 def auto_generator(target, auto, prefix, sampling):
     step = auto_step(target, auto, sampling)
-    return lambda rng, n: (
-        generate(target, step, prefix, n, rng, drafter=auto.drafters["draft"]).tokens
-    )
+    return lambda rng, n: generate(target, step, prefix, n, rng).tokens
 
 
 @pytest.mark.parametrize("costs", ["CPU", "FLAT", "MIXED"])

@@ -10,7 +10,7 @@ import pytest
 from spec_decode import SamplingParams, draft_from_target, random_markov
 from spec_decode.certify.exhaustive import exact_output_distribution
 from spec_decode.drafting.policies import FixedK, ScheduleK
-from spec_decode.drafting.suffix import SuffixDrafter, SuffixIndex
+from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory, SuffixIndex, continuation
 
 TOLERANCE = 1e-12
 
@@ -84,10 +84,40 @@ def test_the_index_is_cut_at_its_depth():
     index = SuffixIndex(depth=3)
     index.extend([1, 2, 1, 2])
     # matching "1 2" leaves room for one token below it; matching "2" for two
-    assert index.continuation(max_match=2, max_tokens=5, min_probability=0.0) == [1]
-    assert index.continuation(max_match=1, max_tokens=5, min_probability=0.0) == [1, 2]
+    assert continuation(index.suffix_match(2, 1)[1], 5, min_probability=0.0) == [1]
+    assert continuation(index.suffix_match(1, 1)[1], 5, min_probability=0.0) == [1, 2]
     with pytest.raises(ValueError, match="depth"):
         SuffixIndex(depth=1)
+
+
+def test_a_shared_history_proposes_what_earlier_requests_did():
+    history = SuffixHistory()
+    history.add([7, 1, 2, 3, 4, 5, 6, 8])  # an earlier request
+    history.add([9, 9, 9])  # nothing spans from the first sequence into this one
+    drafter = SuffixDrafter(10, min_match=2, history=history)
+    assert drafter.propose([0, 1, 2], 4, NoRandomness())[0] == [3, 4, 5, 6]
+    assert drafter.propose([0, 8, 9], 4, NoRandomness())[0] == []  # "8 9" spans two documents
+    assert SuffixDrafter(10, min_match=2).propose([0, 1, 2], 4, None)[0] == []  # no history
+
+
+def test_the_longer_match_wins_and_the_request_wins_ties():
+    history = SuffixHistory()
+    history.add([1, 2, 3, 7, 7, 2, 3, 5])
+    drafter = SuffixDrafter(10, min_probability=0.0, history=history)
+    # the request's own "2 3" (followed by 4) ties the history's "2 3": its own continuation
+    assert drafter.propose([2, 3, 4, 0, 2, 3], 1, None)[0] == [4]
+    # the history's "1 2 3" is longer than the request's "2 3"
+    assert drafter.propose([2, 3, 4, 0, 1, 2, 3], 1, None)[0] == [7]
+
+
+def test_a_history_changed_mid_request_is_refused():
+    history = SuffixHistory()
+    drafter = SuffixDrafter(10, history=history)
+    drafter.propose([1, 2, 3], 2, None)
+    history.add([1, 2, 3, 4])
+    with pytest.raises(ValueError, match="middle of a request"):
+        drafter.propose([1, 2, 3, 4], 2, None)
+    assert drafter.propose([5, 1, 2, 3], 2, None)[0] == [4]  # the next request reads it
 
 
 @pytest.mark.parametrize(
@@ -129,6 +159,24 @@ def test_suffix_drafter_is_exact(shape, sampling):
         ScheduleK(initial=2, k_max=4),
         sampling=SAMPLINGS[sampling],
         drafter=SuffixDrafter(vocab, max_match=3, min_probability=0.0),
+    )
+    assert abs(result.total_probability - 1) < TOLERANCE
+    assert result.tv < TOLERANCE
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_suffix_drafter_with_a_shared_history_is_exact(sampling):
+    target = random_markov(3, seed=5)
+    history = SuffixHistory()
+    history.add([0, 1, 2, 0, 1, 2, 2, 1, 0, 1, 2, 1])  # an earlier request's text
+    result = exact_output_distribution(
+        target,
+        None,
+        [0, 1, 2, 0, 1],
+        4,
+        FixedK(3),
+        sampling=SAMPLINGS[sampling],
+        drafter=SuffixDrafter(3, max_match=3, min_probability=0.0, history=history),
     )
     assert abs(result.total_probability - 1) < TOLERANCE
     assert result.tv < TOLERANCE

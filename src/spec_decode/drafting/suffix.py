@@ -15,8 +15,11 @@ also exactly the nodes a match needs, so matching costs O(depth) as well and not
 rebuilt while the context only grows, which it does during generation (rejected drafts never enter
 it).
 
-:class:`SuffixDrafter` indexes the prompt and the output so far. Its proposal is a deterministic
-function of the context, so it reports one-hot q rows and the exact rule stays exact.
+:class:`SuffixDrafter` indexes the prompt and the output so far and, optionally, reads a
+:class:`SuffixHistory` shared across requests in one process: the finished sequences of earlier
+requests (SuffixDecoding's global tree; agentic workloads repeat themselves across requests). Its
+proposal is a deterministic function of the context and of the history as it stood when the
+request began, so it reports one-hot q rows and the exact rule stays exact.
 """
 
 from __future__ import annotations
@@ -67,35 +70,68 @@ class SuffixIndex:
             self._active = active
             self.tokens.append(token)
 
-    def continuation(
-        self, max_match: int, max_tokens: int, min_probability: float, min_match: int = 1
-    ) -> list[int]:
-        """The most frequent continuation of the longest suffix (``min_match`` to ``max_match``
-        tokens) that was followed by something before.
+    def start_document(self) -> None:
+        """Begin a new sequence: later tokens form substrings with each other only."""
+        self.tokens = []
+        self._active = [self._root]
 
-        Follows the most frequent child (lowest id on ties) while the product of the empirical
-        continuation frequencies count(child) / continued(node) stays >= ``min_probability``,
-        for at most ``max_tokens`` tokens (and never deeper than the index).
-        """
-        longest = min(max_match, len(self._active) - 1, self.depth - 1)
-        node = next(
-            (
-                self._active[m]
-                for m in range(longest, min_match - 1, -1)
-                if self._active[m].continued
-            ),
-            None,
-        )
-        tokens: list[int] = []
-        probability = 1.0
-        while node is not None and node.continued and len(tokens) < max_tokens:
-            token, child = min(node.children.items(), key=lambda item: (-item[1].count, item[0]))
-            probability *= child.count / node.continued
-            if probability < min_probability:
-                break
-            tokens.append(token)
-            node = child
-        return tokens
+    def longest_match(self, context: Sequence[int], max_match: int, min_match: int) -> _Node | None:
+        """The node of the longest suffix of ``context`` (``min_match`` to ``max_match`` tokens)
+        that was followed by something here, or None."""
+        for m in range(min(max_match, len(context), self.depth - 1), min_match - 1, -1):
+            node: _Node | None = self._root
+            for token in context[len(context) - m :]:
+                node = node.children.get(int(token))
+                if node is None:
+                    break
+            if node is not None and node.continued:
+                return node
+        return None
+
+    def suffix_match(self, max_match: int, min_match: int) -> tuple[int, _Node | None]:
+        """:meth:`longest_match` for the indexed sequence's own suffix, read off the active
+        nodes in O(``max_match``): the match length and its node ((0, None) when none)."""
+        for m in range(min(max_match, len(self._active) - 1, self.depth - 1), min_match - 1, -1):
+            if self._active[m].continued:
+                return m, self._active[m]
+        return 0, None
+
+
+def continuation(node: _Node | None, max_tokens: int, min_probability: float) -> list[int]:
+    """The most frequent continuation after ``node``: follows the most frequent child (lowest id
+    on ties) while the product of the empirical continuation frequencies
+    count(child) / continued(node) stays >= ``min_probability``, for at most ``max_tokens``
+    tokens (and never deeper than the index)."""
+    tokens: list[int] = []
+    probability = 1.0
+    while node is not None and node.continued and len(tokens) < max_tokens:
+        token, child = min(node.children.items(), key=lambda item: (-item[1].count, item[0]))
+        probability *= child.count / node.continued
+        if probability < min_probability:
+            break
+        tokens.append(token)
+        node = child
+    return tokens
+
+
+class SuffixHistory:
+    """Finished token sequences of earlier requests, indexed once and shared by the suffix
+    drafters of later requests in the same process.
+
+    Add a request's sequence (prompt and output) with :meth:`add` after it finished, never while
+    a drafter reading this history is in the middle of a request: a proposal must not depend on
+    the request's own future. A drafter checks this (:attr:`version`) and raises if it happens.
+    """
+
+    def __init__(self, depth: int = 32) -> None:
+        self.index = SuffixIndex(depth)
+        self.version = 0
+
+    def add(self, tokens: Sequence[int]) -> None:
+        """Index one finished sequence (nothing spans from an earlier one into it)."""
+        self.index.start_document()
+        self.index.extend(tokens)
+        self.version += 1
 
 
 @dataclass
@@ -115,6 +151,10 @@ class SuffixDrafter:
     min_probability
         Stop before a token where the empirical probability of the whole draft so far (the
         product of the continuation frequencies) would fall below this.
+    history
+        Earlier requests' sequences, shared across drafters (or None). The longer of the two
+        matches, the request's own and the history's, is continued (the request's own on a tie:
+        it is the better predictor of itself).
 
     The index follows the context: when a call's context extends the indexed one, only the new
     tokens are added; otherwise (a new request, or another branch of an enumeration) it is built
@@ -127,7 +167,9 @@ class SuffixDrafter:
     max_tokens: int = 16
     min_probability: float = 0.1
     min_match: int = 1
+    history: SuffixHistory | None = None
     _index: SuffixIndex = field(init=False, repr=False)
+    _history_version: int = field(init=False, repr=False, default=0)
 
     def __post_init__(self) -> None:
         if self.vocab_size < 1:
@@ -147,8 +189,15 @@ class SuffixDrafter:
         indexed = len(self._index.tokens)
         if len(prefix) < indexed or list(prefix[:indexed]) != self._index.tokens:
             self._index, indexed = SuffixIndex(self._index.depth), 0
+        if indexed == 0:  # a new request (or branch): it reads the history as it stands now
+            self._history_version = self.history.version if self.history else 0
+        elif self.history is not None and self.history.version != self._history_version:
+            raise ValueError("the shared suffix history changed in the middle of a request")
         self._index.extend(prefix[indexed:])
-        tokens = self._index.continuation(
-            self.max_match, min(k, self.max_tokens), self.min_probability, self.min_match
-        )
+        length, node = self._index.suffix_match(self.max_match, self.min_match)
+        if self.history is not None:
+            longer = max(length + 1, self.min_match)
+            shared = self.history.index.longest_match(prefix, self.max_match, longer)
+            node = shared or node
+        tokens = continuation(node, min(k, self.max_tokens), self.min_probability)
         return tokens, one_hot_rows(tokens, self.vocab_size)
