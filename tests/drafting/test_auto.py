@@ -16,12 +16,12 @@ from spec_decode.certify.statistical import statistical_certificate
 from spec_decode.core.generate import generate
 from spec_decode.core.models import Model
 from spec_decode.core.trace import Step
-from spec_decode.drafting.auto import AutoPlanner, auto_step, counterfactual_alpha
+from spec_decode.drafting.auto import AutoPlanner, auto_planner, auto_step, counterfactual_alpha
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import estimated_alpha
-from spec_decode.drafting.suffix import SuffixDrafter
+from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
 TOLERANCE = 1e-12
 #: This CPU's llama.cpp curve (shared/README.md): 1 token 30 ms ... 17 tokens 225 ms; draft 19 ms.
@@ -71,6 +71,21 @@ def test_on_a_flat_curve_the_draft_model_drafts_long():
     auto = planner(FLAT, random_markov(8, seed=0), k_max=8)
     assert auto.plan(FRESH, history(*[("draft", 8, 8)] * 10), 16)[:2] == ("draft", 8)
     assert auto.plan(FRESH, Trace(), 16).drafter == "draft"
+
+
+def test_a_repeated_request_is_drafted_from_the_shared_history():
+    target = random_markov(50, seed=3, order=2)  # greedy text enters a cycle only late
+    greedy, prompt, shared = SamplingParams(temperature=0), [0, 1, 2, 3], SuffixHistory()
+    passes, outputs = [], []
+    for _ in range(2):
+        auto = auto_planner(FLAT, target.vocab_size, k_max=8, history=shared)
+        step = auto_step(target, auto, greedy)
+        trace = generate(target, step, prompt, 40, np.random.default_rng(0))
+        shared.add([*prompt, *trace.tokens])
+        passes.append(trace.target_passes)
+        outputs.append(trace.tokens)
+    assert outputs[0] == outputs[1]  # greedy: the same text, now drafted from the history
+    assert passes[0] == 40 and passes[1] <= 8
 
 
 def test_free_proposals_are_judged_by_what_was_emitted_since():

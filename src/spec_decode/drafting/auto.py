@@ -47,7 +47,7 @@ from spec_decode.drafting.drafters import Drafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.planning import Plan
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
-from spec_decode.drafting.suffix import SuffixDrafter
+from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
 
 class _NoRandomness:
@@ -170,15 +170,20 @@ def counterfactual_alpha(
 
 
 def auto_planner(
-    costs: CostCurve, vocab_size: int, model_drafter: Drafter | None = None, k_max: int = 16
+    costs: CostCurve,
+    vocab_size: int,
+    model_drafter: Drafter | None = None,
+    k_max: int = 16,
+    history: SuffixHistory | None = None,
 ) -> AutoPlanner:
-    """The default auto planner: prompt lookup and the suffix drafter, plus ``model_drafter``
-    (named "draft") when given, drafting at most ``k_max`` tokens a step. Lookup and suffix
-    match at least 2 tokens: a one-token match is right too rarely to pay (see
+    """The default auto planner: prompt lookup and the suffix drafter (reading ``history``, the
+    earlier requests' sequences, when given), plus ``model_drafter`` (named "draft") when given,
+    drafting at most ``k_max`` tokens a step. Lookup and suffix match at least 2 tokens: a
+    one-token match is right too rarely to pay (see
     :class:`~spec_decode.drafting.suffix.SuffixDrafter`)."""
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(vocab_size, min_ngram=2),
-        "suffix": SuffixDrafter(vocab_size, min_match=2),
+        "suffix": SuffixDrafter(vocab_size, min_match=2, history=history),
     }
     if model_drafter is not None:
         drafters["draft"] = model_drafter
