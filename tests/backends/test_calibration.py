@@ -75,6 +75,36 @@ def test_a_corrupt_cache_entry_is_measured_again(model):
     assert not cached and json.loads(file.read_text())["identity"]["threads"] == 2
 
 
+def test_a_model_is_found_in_the_cache_before_it_is_loaded(model):
+    """The key computed from the file and thread count alone is the loaded model's key, so a
+    draft's cost can be read before deciding whether to load it."""
+    assert calibration.cached_seconds(calibration.identity("llama.cpp", model.path, 2)) is None
+    measured, _ = calibration.pass_seconds("llama.cpp", model, max_block=2)
+    key = calibration.identity("llama.cpp", model.path, 2)
+    assert key == calibration.model_identity("llama.cpp", model)
+    assert calibration.cached_seconds(key, max_block=2) == measured
+    assert calibration.cached_seconds(key, max_block=3) is None  # fewer sizes than asked
+
+
+def test_generate_loads_a_draft_only_when_it_could_pay(model):
+    pytest.importorskip("llama_cpp")
+    from spec_decode.cli.generate import _draft_may_pay
+
+    cpu = CostCurve((1, 2, 3, 5, 9, 17), (0.030, 0.0465, 0.063, 0.099, 0.180, 0.225))
+    draft = str(model.path)
+    assert _draft_may_pay("llama.cpp", draft, 2, cpu, 4)  # no cached cost: load and measure
+    key = calibration.identity("llama.cpp", model.path, 2)
+    file = calibration.calibration_file(key)
+    file.parent.mkdir(parents=True)
+    entry = {"format": calibration._FORMAT, "identity": key, "seconds": [0.019]}
+    file.write_text(json.dumps(entry))
+    assert not _draft_may_pay("llama.cpp", draft, 2, cpu, 4)  # 19 ms a token never pays here
+    entry["seconds"] = [0.001]
+    file.write_text(json.dumps(entry))
+    assert _draft_may_pay("llama.cpp", draft, 2, cpu, 4)  # a nearly free draft may
+    assert _draft_may_pay("transformers", draft, 2, cpu, 4)  # keyed by weights: always loaded
+
+
 def test_cost_curve_takes_the_draft_as_one_token_passes(model, tmp_path):
     weights = tmp_path / "draft.gguf"
     weights.write_bytes(b"01")

@@ -16,7 +16,13 @@ from spec_decode.certify.statistical import statistical_certificate
 from spec_decode.core.generate import generate
 from spec_decode.core.models import Model
 from spec_decode.core.trace import Step
-from spec_decode.drafting.auto import AutoPlanner, auto_planner, auto_step, counterfactual_alpha
+from spec_decode.drafting.auto import (
+    AutoPlanner,
+    auto_planner,
+    auto_step,
+    counterfactual_alpha,
+    draft_model_can_pay,
+)
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
@@ -65,6 +71,13 @@ def test_on_this_cpu_the_draft_model_never_pays():
     perfect = history(*[("draft", 4, 4)] * 30)  # even after 120 of 120 drafts accepted
     assert auto.plan(FRESH, perfect, 16)[:2] == ("", 0)
     assert auto.plan(FRESH, Trace(), 16)[:2] == ("", 0)
+
+
+def test_a_draft_model_that_cannot_pay_is_known_before_loading_it():
+    assert not draft_model_can_pay(CPU, CPU.draft_seconds, k_max=16)
+    assert draft_model_can_pay(CPU, 0.0005, k_max=16)  # nearly free: k = 1 pays at acceptance 1
+    assert draft_model_can_pay(FLAT, FLAT.draft_seconds, k_max=1)
+    assert not draft_model_can_pay(FLAT, 0.1, k_max=16)  # ten target passes a draft token
 
 
 def test_on_a_flat_curve_the_draft_model_drafts_long():

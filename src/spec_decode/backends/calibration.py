@@ -11,8 +11,8 @@ pass of the draft model. About 3 s for the 1.5B target on this CPU, under a seco
 
 Results are cached as JSON under the user cache directory (``$SPEC_DECODE_CACHE/calibration`` or
 the platform's, next to the prepared models), one file per model, keyed by backend, model path and
-size on disk, thread count and device, so a different build, machine setting or model file is
-measured afresh; ``recalibrate`` measures again regardless.
+size on disk, thread count, device and weight formats, so a different build, machine setting or
+model file is measured afresh; ``recalibrate`` measures again regardless.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from spec_decode.drafting.costs import CostCurve
 MAX_BLOCK = 17
 #: The committed context the timed passes extend (long enough to look like a real prompt).
 CONTEXT = 64
-_FORMAT = 1
+_FORMAT = 2  # 2: the key names the weight formats
 
 
 def measure_passes(model: Model, max_block: int = MAX_BLOCK, repetitions: int = 3) -> list[float]:
@@ -66,27 +66,64 @@ def measure_passes(model: Model, max_block: int = MAX_BLOCK, repetitions: int = 
 
 
 def model_identity(backend: str, model: Any) -> dict[str, object]:
-    """What a model's timings depend on: backend, file or folder and its size, threads, device.
+    """What a loaded model's timings depend on (see :func:`identity`).
 
     Reads ``path``/``n_threads`` (llama.cpp) or the wrapped transformers model's
-    ``name_or_path`` and torch's thread count; ``device`` defaults to "cpu".
+    ``name_or_path``, linear-layer formats and torch's thread count; ``device`` defaults to
+    "cpu".
     """
     path = getattr(model, "path", None)
-    if path is None and hasattr(model, "model"):
-        path = getattr(model.model, "name_or_path", None)
     threads = getattr(model, "n_threads", None)
-    if threads is None and backend == "transformers":
+    weights = None
+    module = getattr(model, "model", None)
+    if backend == "transformers" and module is not None:
         import torch
 
+        path = getattr(module, "name_or_path", None)
         threads = torch.get_num_threads()
-    location = Path(path).expanduser().resolve() if path else None
+        formats = {getattr(m, "weight_format", None) for m in module.modules()} - {None}
+        weights = ",".join(sorted(formats)) or str(getattr(module, "dtype", ""))
+    location = Path(path) if path else None
+    name = None if location else type(model).__name__
+    return identity(backend, location, threads, str(getattr(model, "device", "cpu")), weights, name)
+
+
+def identity(
+    backend: str,
+    location: Path | None,
+    threads: int | None,
+    device: str = "cpu",
+    weights: str | None = None,
+    name: str | None = None,
+) -> dict[str, object]:
+    """The calibration key: backend, model file or folder and its size on disk, threads, device
+    and weight formats (``name`` stands for the location of a model that has none). Computed
+    before loading too, to decide whether a draft model is worth loading at all."""
+    location = location.expanduser().resolve() if location else None
     return {
         "backend": backend,
-        "model": str(location) if location else type(model).__name__,
+        "model": str(location) if location else name,
         "bytes": _size_on_disk(location) if location else None,
         "threads": threads,
-        "device": str(getattr(model, "device", "cpu")),
+        "device": device,
+        "weights": weights,
     }
+
+
+def cached_seconds(key: dict[str, object], max_block: int = 1) -> list[float] | None:
+    """The cached pass times for n = 1..``max_block`` of the model with this key, or None."""
+    file = calibration_file(key)
+    if not file.is_file():
+        return None
+    try:
+        stored = json.loads(file.read_text())
+        if stored.get("format") == _FORMAT and stored.get("identity") == key:
+            seconds = [float(s) for s in stored["seconds"]]
+            if len(seconds) >= max_block:
+                return seconds[:max_block]
+    except (ValueError, KeyError, TypeError):
+        pass  # an unreadable entry is measured again and overwritten
+    return None
 
 
 def pass_seconds(
@@ -102,20 +139,14 @@ def pass_seconds(
     Measures (:func:`measure_passes`) unless a cached entry with at least ``max_block`` sizes
     exists for :func:`model_identity` and ``recalibrate`` is False; stores what it measures.
     """
-    identity = model_identity(backend, model)
-    file = calibration_file(identity)
-    if not recalibrate and file.is_file():
-        try:
-            stored = json.loads(file.read_text())
-            if stored.get("format") == _FORMAT and stored.get("identity") == identity:
-                seconds = [float(s) for s in stored["seconds"]]
-                if len(seconds) >= max_block:
-                    return seconds[:max_block], True
-        except (ValueError, KeyError, TypeError):
-            pass  # an unreadable entry is measured again and overwritten
+    key = model_identity(backend, model)
+    cached = None if recalibrate else cached_seconds(key, max_block)
+    if cached is not None:
+        return cached, True
     seconds = measure_passes(model, max_block, repetitions)
+    file = calibration_file(key)
     file.parent.mkdir(parents=True, exist_ok=True)
-    entry = {"format": _FORMAT, "identity": identity, "seconds": seconds, "measured": time.time()}
+    entry = {"format": _FORMAT, "identity": key, "seconds": seconds, "measured": time.time()}
     file.write_text(json.dumps(entry, indent=1))
     return seconds, False
 
@@ -132,9 +163,9 @@ def cost_curve(
     return CostCurve.from_passes(seconds, draft_seconds)
 
 
-def calibration_file(identity: dict[str, object]) -> Path:
-    """Where the calibration of the model with this identity is cached."""
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+def calibration_file(key: dict[str, object]) -> Path:
+    """Where the calibration of the model with this key is cached."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     return cache_root() / "calibration" / f"{digest}.json"
 
 

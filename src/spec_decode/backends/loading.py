@@ -80,18 +80,23 @@ def check_pair(target: Loaded, draft: Loaded) -> None:
         check_transformers_pair(target.model, draft.model, target.tokenizer, draft.tokenizer)
 
 
+def gguf_file(name_or_path: str) -> Path:
+    """The GGUF file of a packaged model name (assembled on first use) or a path."""
+    if name_or_path in packaged.PREPARED:
+        return packaged.gguf_file(name_or_path)
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        known = ", ".join(packaged.PREPARED)
+        raise FileNotFoundError(
+            f"model {name_or_path!r} is neither a packaged model ({known}) nor a GGUF file"
+        )
+    return path
+
+
 def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
     from spec_decode.backends.llamacpp import load_model, load_tokenizer
 
-    if name_or_path in packaged.PREPARED:
-        path = packaged.gguf_file(name_or_path)
-    else:
-        path = Path(name_or_path).expanduser()
-        if not path.is_file():
-            known = ", ".join(packaged.PREPARED)
-            raise FileNotFoundError(
-                f"model {name_or_path!r} is neither a packaged model ({known}) nor a GGUF file"
-            )
+    path = gguf_file(name_or_path)
     start = time.perf_counter()
     model = load_model(path, n_threads=threads)
     tokenizer = load_tokenizer(model)

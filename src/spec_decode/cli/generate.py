@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from spec_decode.backends import packaged
-from spec_decode.backends.calibration import cost_curve
-from spec_decode.backends.loading import Loaded, check_pair, choose_backend, load
+from spec_decode.backends.calibration import cached_seconds, cost_curve, identity
+from spec_decode.backends.loading import Loaded, check_pair, choose_backend, gguf_file, load
 from spec_decode.backends.prompts import Tokenizer, encode_prompt
 from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import MinP, Temperature, TopK, TopP, print_json
@@ -32,7 +32,8 @@ from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import verify_tree
-from spec_decode.drafting.auto import AutoPlanner, auto_planner, auto_step
+from spec_decode.drafting.auto import AutoPlanner, auto_planner, auto_step, draft_model_can_pay
+from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import Drafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import POLICY_NAMES, KPolicy, policy_by_name
@@ -207,9 +208,14 @@ def generate_command(
         drafter: Drafter | TreeDrafter | AutoPlanner | None = None
         draft_load = 0.0
         models = [target_model]
+        use_auto = policy == "auto" and shape is None and not no_draft
+        costs = cost_curve(chosen, target_model) if use_auto else None
+        skip_draft = draft == "lookup" or (
+            use_auto and not _draft_may_pay(chosen, draft, threads, costs, k)
+        )
         if draft == "lookup" and not no_draft:
             drafter = PromptLookupDrafter(target_model.vocab_size)
-        elif not no_draft:
+        elif not no_draft and not skip_draft:
             loaded_draft = _load(chosen, draft, draft_weights, threads, device)
             draft_model, draft_load = loaded_draft.model, loaded_draft.seconds
             draft_model.check_fits(len(prompt_ids), max_new_tokens)
@@ -220,9 +226,10 @@ def generate_command(
                 if shape is None
                 else ModelTreeDrafter(draft_model, sampling, replacement=False)
             )
-        if policy == "auto" and shape is None and drafter is not None:
+        if use_auto:
             model_drafter = drafter if isinstance(drafter, ModelDrafter) else None
-            costs = cost_curve(chosen, target_model, model_drafter and model_drafter.model)
+            if model_drafter is not None:
+                costs = cost_curve(chosen, target_model, model_drafter.model)
             drafter = auto_planner(costs, target_model.vocab_size, model_drafter, k)
     except (ValueError, FileNotFoundError) as error:
         console.print(f"[red]error:[/] {error}")
@@ -256,6 +263,7 @@ def generate_command(
         "backend": chosen,
         "target": target,
         "draft": None if no_draft else draft,
+        "draft_loaded": len(models) == 2,
         "k": k,
         "policy": policy,
         "tree": tree,
@@ -275,6 +283,21 @@ def generate_command(
         return
     sys.stdout.write("\n")
     _print_summary(payload, runs)
+
+
+def _draft_may_pay(
+    backend: str, draft: str, threads: int | None, costs: CostCurve, k_max: int
+) -> bool:
+    """Whether the auto policy could ever draft with ``draft`` on this machine, judged before
+    loading it from its cached per-token cost (llama.cpp; True when unknown: it is then loaded,
+    timed and cached, so the next run knows)."""
+    if backend != "llama.cpp":
+        return True
+    from spec_decode.backends.llamacpp import default_threads
+
+    key = identity("llama.cpp", gguf_file(draft), threads or default_threads())
+    seconds = cached_seconds(key)
+    return seconds is None or draft_model_can_pay(costs, seconds[0], k_max)
 
 
 def _load(
@@ -312,6 +335,12 @@ def _print_summary(payload: dict[str, object], runs: dict[str, Run]) -> None:
             f"{f['seconds']:.1f}",
         )
     console.print(table)
+    model_draft = payload["draft"] not in (None, "lookup")
+    if payload["policy"] == "auto" and model_draft and not payload["draft_loaded"]:
+        console.print(
+            "draft model not loaded: on this machine's calibrated costs it cannot pay even "
+            "with every draft accepted (auto drafts from prompt lookup and suffixes only)"
+        )
     if "speedup" in payload:
         same = "identical" if payload["identical_tokens"] else "different (sampling, or a near-tie)"
         console.print(f"speedup {payload['speedup']:.2f}x in tokens/s; token sequences {same}")

@@ -49,6 +49,9 @@ from spec_decode.drafting.planning import Plan
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
+#: How much better than a plain pass an option's expected rate must be to be chosen.
+MARGIN = 0.1
+
 
 class _NoRandomness:
     """The source a deterministic drafter is peeked with: drawing from it is a bug."""
@@ -92,7 +95,7 @@ class AutoPlanner:
     prior_alpha: float = 0.5
     prior_weight: float = 2.0
     memory: int = 8
-    margin: float = 0.1
+    margin: float = MARGIN
 
     def __post_init__(self) -> None:
         if not self.drafters or len({d.vocab_size for d in self.drafters.values()}) != 1:
@@ -147,6 +150,21 @@ class AutoPlanner:
                 if rate > best_rate:
                     best, best_rate = (self.model, k), rate
         return Plan(*best, proposals)
+
+
+def draft_model_can_pay(
+    costs: CostCurve, draft_seconds: float, k_max: int, margin: float = MARGIN
+) -> bool:
+    """Whether a draft model costing ``draft_seconds`` a token could ever be chosen on this
+    curve: whether some k <= ``k_max`` beats a plain pass by ``margin`` even with every draft
+    accepted. When it cannot, :class:`AutoPlanner` never drafts with it (the model's option is
+    taken only when it beats a plain pass, and acceptance 1 is its best case), so the model need
+    not be loaded at all."""
+    plain = (1 + margin) / costs.target(1)
+    return any(
+        expected_tokens_per_pass(1.0, k) / (costs.target(k + 1) + k * draft_seconds) > plain
+        for k in range(1, k_max + 1)
+    )
 
 
 def counterfactual_alpha(

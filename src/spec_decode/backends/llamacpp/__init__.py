@@ -58,7 +58,7 @@ Pinned and tested with llama-cpp-python 0.3.36.
 """
 
 from spec_decode.backends.llamacpp.kernels import build_features, exact_block_size, probabilities
-from spec_decode.backends.llamacpp.model import LlamaCppModel, load_model
+from spec_decode.backends.llamacpp.model import LlamaCppModel, default_threads, load_model
 from spec_decode.backends.llamacpp.tokenizer import LlamaCppTokenizer, check_pair, load_tokenizer
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "LlamaCppTokenizer",
     "build_features",
     "check_pair",
+    "default_threads",
     "exact_block_size",
     "load_model",
     "load_tokenizer",

@@ -63,7 +63,7 @@ class LlamaCppModel(PrefixCachedModel):
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         trained = int(llama_cpp.llama_model_n_ctx_train(self._model))
         self.context_window = int(n_ctx or min(trained, DEFAULT_MAX_CTX))
-        self.n_threads = int(n_threads or len(os.sched_getaffinity(0)))
+        self.n_threads = int(n_threads or default_threads())
         self.max_tree_leaves = int(max_tree_leaves)
         self._ctx = self._new_context()
         self._memory = llama_cpp.llama_get_memory(self._ctx)
@@ -262,6 +262,11 @@ def _path_sequences(parents: Sequence[int]) -> tuple[list[tuple[int, ...]], list
             seqs[node].add(seq)
             node = parents[node]
     return [tuple(sorted(s)) for s in seqs], depths
+
+
+def default_threads() -> int:
+    """The threads a model uses unless told otherwise: every core this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 def load_model(
