@@ -5,6 +5,9 @@ the reference has noncentrality lambda = N sum (p_i - r_i)^2 / r_i >= 4 N delta^
 so the power against *every* alternative at TV >= delta is at least that of a noncentral chi-square
 with lambda = 4 N delta^2. That bound, not a tuned constant, sets the sample sizes (it is the usual
 large-sample approximation of the statistic's distribution).
+
+scipy is imported inside the functions: the CLI imports this module to register ``audit`` and
+must answer a bad command line within a second, before scipy's half second of imports.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
 
 #: Cells whose expected count falls below this are pooled, so the chi-square approximation holds.
 MIN_EXPECTED = 5.0
@@ -42,6 +44,8 @@ def chi_square_test(
     Any count in a cell of zero reference probability rejects outright (p-value 0). Cells with an
     expected count below :data:`MIN_EXPECTED` are pooled into one.
     """
+    from scipy import stats
+
     counts = np.asarray(counts, dtype=float).ravel()
     reference = np.asarray(reference, dtype=float).ravel()
     n = int(counts.sum())
@@ -60,6 +64,8 @@ def chi_square_test(
 
 def power_against_tv(samples: int, cells: int, tv: float, significance: float) -> float:
     """Lower bound on the chance the test rejects an alternative at total variation ``tv``."""
+    from scipy import stats
+
     df = cells - 1
     critical = stats.chi2.isf(significance, df)
     return float(stats.ncx2.sf(critical, df, 4 * samples * tv**2))
@@ -67,6 +73,8 @@ def power_against_tv(samples: int, cells: int, tv: float, significance: float) -
 
 def samples_for_power(cells: int, tv: float, significance: float, power: float) -> int:
     """Smallest sample size whose test detects any TV >= ``tv`` with at least ``power``."""
+    from scipy import optimize, stats
+
     df = cells - 1
     critical = stats.chi2.isf(significance, df)
     noncentrality = optimize.brentq(lambda lam: stats.ncx2.sf(critical, df, lam) - power, 1e-9, 1e6)
@@ -75,6 +83,8 @@ def samples_for_power(cells: int, tv: float, significance: float, power: float) 
 
 def detectable_tv(samples: int, cells: int, significance: float, power: float) -> float:
     """Smallest TV the test detects with probability >= ``power`` from ``samples`` draws."""
+    from scipy import optimize
+
     return float(
         optimize.brentq(
             lambda tv: power_against_tv(samples, cells, tv, significance) - power, 1e-9, 1.0
