@@ -26,7 +26,8 @@ class RandomSource(Protocol):
         ...
 
     def uniform(self) -> float:
-        """A uniform draw on [0, 1). Code using it cannot be enumerated exactly."""
+        """A uniform draw on [0, 1). The exhaustive certificate enumerates it exactly where it is
+        only compared with thresholds (:mod:`spec_decode.certify.lazy_uniform`)."""
         ...
 
 

@@ -57,6 +57,8 @@ class SamplingParams:
     def warp(self, probs: np.ndarray) -> np.ndarray:
         """Warp probability vectors (shape (V,) or (n, V)); zero entries stay zero."""
         probs = np.asarray(probs, dtype=np.float64)
+        if self.greedy:  # the argmax of the probabilities is that of their logs: skip the log
+            return _one_hot_argmax(probs)
         if self.is_identity:
             return probs / probs.sum(axis=-1, keepdims=True)
         with np.errstate(divide="ignore"):
@@ -71,9 +73,7 @@ class SamplingParams:
 
     def _warp_row(self, logits: np.ndarray) -> np.ndarray:
         if self.greedy:
-            onehot = np.zeros_like(logits)
-            onehot[np.argmax(logits)] = 1.0  # argmax returns the lowest id among ties
-            return onehot
+            return _one_hot_argmax(logits)
         probs = np.exp((logits - logits.max()) / self.temperature)
         if self.top_k is not None and self.top_k < probs.size:
             by_rank = np.argsort(-probs, kind="stable")
@@ -86,3 +86,10 @@ class SamplingParams:
         if self.min_p > 0:
             probs[probs < self.min_p * probs.max()] = 0.0
         return probs / probs.sum()
+
+
+def _one_hot_argmax(values: np.ndarray) -> np.ndarray:
+    """All mass on each row's largest entry (the lowest id among ties, as ``argmax`` picks)."""
+    onehot = np.zeros_like(values)
+    np.put_along_axis(onehot, np.argmax(values, axis=-1)[..., None], 1.0, axis=-1)
+    return onehot
