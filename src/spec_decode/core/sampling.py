@@ -62,30 +62,41 @@ class SamplingParams:
         if self.is_identity:
             return probs / probs.sum(axis=-1, keepdims=True)
         with np.errstate(divide="ignore"):
-            return self.warp_logits(np.log(probs))
+            return self._warp_in_place(np.log(probs))
 
     def warp_logits(self, logits: np.ndarray) -> np.ndarray:
         """Turn logits (shape (V,) or (n, V); ``-inf`` allowed) into warped probabilities."""
-        logits = np.asarray(logits, dtype=np.float64)
-        if logits.ndim == 2:
-            return np.stack([self._warp_row(row) for row in logits])
-        return self._warp_row(logits)
+        return self._warp_in_place(np.array(logits, dtype=np.float64))
 
-    def _warp_row(self, logits: np.ndarray) -> np.ndarray:
+    def _warp_in_place(self, logits: np.ndarray) -> np.ndarray:
+        """Overwrite each row of a fresh float64 array of logits with its warped probabilities.
+
+        In place because on a 151,936-token row a second large temporary costs more than the
+        arithmetic itself (1.4 ms against 0.4 ms here, from the allocator)."""
+        for row in logits.reshape(-1, logits.shape[-1]):
+            self._warp_row(row)
+        return logits
+
+    def _warp_row(self, row: np.ndarray) -> None:
         if self.greedy:
-            return _one_hot_argmax(logits)
-        probs = np.exp((logits - logits.max()) / self.temperature)
-        if self.top_k is not None and self.top_k < probs.size:
-            by_rank = np.argsort(-probs, kind="stable")
-            probs[by_rank[self.top_k :]] = 0.0
+            top = np.argmax(row)  # the lowest id among ties
+            row[:] = 0.0
+            row[top] = 1.0
+            return
+        row -= row.max()
+        row /= self.temperature
+        np.exp(row, out=row)
+        if self.top_k is not None and self.top_k < row.size:
+            by_rank = np.argsort(-row, kind="stable")
+            row[by_rank[self.top_k :]] = 0.0
         if self.top_p < 1:
-            by_rank = np.argsort(-probs, kind="stable")
-            mass = np.cumsum(probs[by_rank]) / probs.sum()
+            by_rank = np.argsort(-row, kind="stable")
+            mass = np.cumsum(row[by_rank]) / row.sum()
             n_keep = int(np.searchsorted(mass, self.top_p, side="left")) + 1
-            probs[by_rank[n_keep:]] = 0.0
+            row[by_rank[n_keep:]] = 0.0
         if self.min_p > 0:
-            probs[probs < self.min_p * probs.max()] = 0.0
-        return probs / probs.sum()
+            row[row < self.min_p * row.max()] = 0.0
+        row /= row.sum()
 
 
 def _one_hot_argmax(values: np.ndarray) -> np.ndarray:
