@@ -130,7 +130,7 @@ class LlamaCppModel(PrefixCachedModel):
                 rows.append(self._read_rows(end - max(begin, first_row)))
             start = time.perf_counter()
         self._cached.extend(new)
-        return np.concatenate(rows)
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)  # no copy in the usual case
 
     def _chunks(self, n_new: int, first_row: int) -> list[tuple[int, int]]:
         """How ``n_new`` fed tokens are split into ``llama_decode`` calls.
