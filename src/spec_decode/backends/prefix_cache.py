@@ -20,17 +20,28 @@ import numpy as np
 class ForwardStats:
     """What a backend spent: forward calls, tokens fed, and seconds in cache bookkeeping (common
     prefix, trimming, input building), in the forward pass itself, and in turning logits into
-    probabilities."""
+    probabilities.
+
+    ``calls``, ``tokens_fed`` and ``forward_s`` count the passes that answer the caller; a
+    backend that re-scores near-tied rows the way target-only decoding does (transformers)
+    counts that extra work apart: ``rescored_rows`` rows, in ``rescore_calls`` forward calls
+    feeding ``rescore_tokens_fed`` tokens, taking ``rescore_s`` seconds.
+    """
 
     calls: int = 0
     tokens_fed: int = 0
     bookkeeping_s: float = 0.0
     forward_s: float = 0.0
     softmax_s: float = 0.0
+    rescored_rows: int = 0
+    rescore_calls: int = 0
+    rescore_tokens_fed: int = 0
+    rescore_s: float = 0.0
 
     def reset(self) -> None:
         self.calls = self.tokens_fed = 0
-        self.bookkeeping_s = self.forward_s = self.softmax_s = 0.0
+        self.rescored_rows = self.rescore_calls = self.rescore_tokens_fed = 0
+        self.bookkeeping_s = self.forward_s = self.softmax_s = self.rescore_s = 0.0
 
 
 class PrefixCachedModel:
