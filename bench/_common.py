@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from spec_decode.core.generate import generate_autoregressive, generate_speculative
+from spec_decode.core.generate import generate, generate_autoregressive, generate_speculative
 from spec_decode.core.models import Model
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
-from spec_decode.drafting.drafters import Drafter
+from spec_decode.drafting.auto import auto_planner, auto_step
+from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.drafters import Drafter, ModelDrafter
 from spec_decode.drafting.policies import KPolicy
 
 RESULTS = Path(__file__).parent / "results"
@@ -155,6 +157,28 @@ def run_ours(
     return trace_record(trace, time.perf_counter() - start)
 
 
+def run_auto(
+    target: Model,
+    draft: Model,
+    costs: CostCurve,
+    ids: list[int],
+    temperature: float,
+    tokens: int,
+    seed: int,
+    k_max: int,
+) -> dict[str, object]:
+    """One run of ours with the default auto policy: a fresh planner per run (its acceptance
+    estimates start from the prior) on the calibrated ``costs``, drafting at most ``k_max``."""
+    sampling = SamplingParams(temperature)
+    planner = auto_planner(costs, target.vocab_size, ModelDrafter(draft, sampling), k_max)
+    target.reset()
+    draft.reset()
+    step = auto_step(target, planner, sampling)
+    start = time.perf_counter()
+    trace = generate(target, step, ids, tokens, np.random.default_rng(seed))
+    return trace_record(trace, time.perf_counter() - start)
+
+
 def trace_record(trace: Trace, seconds: float) -> dict[str, object]:
     """The record of one of our runs: tokens, wall seconds and the trace's exact counts
     (acceptance None when nothing was drafted)."""
@@ -166,6 +190,34 @@ def trace_record(trace: Trace, seconds: float) -> dict[str, object]:
         "acceptance_rate": trace.acceptance_rate if trace.proposed else None,
         "tokens_per_pass": trace.tokens_per_pass,
     }
+
+
+def hf_record(
+    tokens: list[int], seconds: float, passes: int, draft_calls: int
+) -> dict[str, object]:
+    """The record of one Hugging Face ``generate`` run, counted like ours (its forward calls
+    read by hooks; acceptance is not reported by transformers)."""
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "target_passes": passes,
+        "draft_calls": draft_calls,
+        "acceptance_rate": None,
+        "tokens_per_pass": len(tokens) / passes if passes else None,
+    }
+
+
+def plot_cost_curve(axis: object, cost_curve_ms: dict[str, float]) -> None:
+    """Draw a calibrated cost curve (ms by tokens scored) in units of a one-token pass, beside
+    the line of n one-token passes."""
+    curve_ms = {int(n): ms for n, ms in cost_curve_ms.items()}
+    sizes = list(curve_ms)
+    axis.plot(sizes, [ms / curve_ms[1] for ms in curve_ms.values()], "o-")
+    axis.plot(sizes, sizes, ":", color="grey", label="n one-token passes")
+    axis.set_xlabel("tokens scored in one target pass")
+    axis.set_ylabel("cost / one-token pass")
+    axis.set_title("calibrated cost curve", fontsize=9)
+    axis.legend(fontsize=7)
 
 
 def greedy_identity(
@@ -201,6 +253,14 @@ def summarize(runs: list[RunRecord]) -> dict[str, object]:
         values = [r[key] for r in runs if r.get(key) is not None]
         summary[key] = statistics.median(values) if values else None
     return summary
+
+
+def summarize_cases(raw: dict[str, dict[str, list[RunRecord]]]) -> dict[str, dict[str, object]]:
+    """:func:`summarize` for every variant of every case."""
+    return {
+        case: {name: summarize(runs) for name, runs in by_variant.items()}
+        for case, by_variant in raw.items()
+    }
 
 
 def write_results(

@@ -40,8 +40,9 @@ from _common import (
     interleaved,
     load_transformers_pair,
     machine,
+    plot_cost_curve,
+    run_auto,
     run_ours,
-    trace_record,
     write_results,
 )
 from prompt_sets import CATEGORIES, sample
@@ -50,11 +51,6 @@ from spec_decode.backends import packaged
 from spec_decode.backends.calibration import cost_curve
 from spec_decode.backends.llamacpp import LlamaCppModel, load_model, load_tokenizer
 from spec_decode.backends.prompts import encode_prompt
-from spec_decode.core.generate import generate
-from spec_decode.core.sampling import SamplingParams
-from spec_decode.drafting.auto import auto_planner, auto_step
-from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.suffix import SuffixDrafter
 
@@ -157,7 +153,9 @@ def main() -> None:
         if variant == "llama.cpp python":
             return run_llama_python(theirs, prompt_ids, temperature, args.tokens, rep)
         if variant == "ours auto":
-            return run_auto(target, draft, costs, prompt_ids, temperature, args.tokens, rep)
+            return run_auto(
+                target, draft, costs, prompt_ids, temperature, args.tokens, rep, k_max=4
+            )
         policy = None if variant.endswith("target-only") else int(variant.rsplit("=", 1)[1])
         drafter = PromptLookupDrafter(target.vocab_size) if "lookup" in variant else None
         drafter = SuffixDrafter(target.vocab_size, min_match=2) if "suffix" in variant else drafter
@@ -189,26 +187,6 @@ def main() -> None:
     }
     write_results("cpu", results, markdown)
     plot(results)
-
-
-def run_auto(
-    target: LlamaCppModel,
-    draft: LlamaCppModel,
-    costs: CostCurve,
-    prompt_ids: list[int],
-    temperature: float,
-    tokens: int,
-    seed: int,
-) -> dict[str, object]:
-    """Ours with the default auto policy (a fresh planner per run, the calibrated curve)."""
-    sampling = SamplingParams(temperature)
-    planner = auto_planner(costs, target.vocab_size, ModelDrafter(draft, sampling), k_max=4)
-    target.reset()
-    draft.reset()
-    step = auto_step(target, planner, sampling)
-    start = time.perf_counter()
-    trace = generate(target, step, prompt_ids, tokens, np.random.default_rng(seed))
-    return trace_record(trace, time.perf_counter() - start)
 
 
 def run_llama_python(
@@ -369,14 +347,7 @@ def plot(results: dict) -> None:
     ax.set_ylabel("tokens / s (median)")
     ax.legend(fontsize=6, ncol=2)
     ax.set_title("Qwen2.5-Coder 1.5B / 0.5B, 2 CPU threads: ours on llama.cpp vs llama.cpp")
-    curve_ms = {int(n): ms for n, ms in results["cost_curve_ms"].items()}
-    sizes = list(curve_ms)
-    curve.plot(sizes, [ms / curve_ms[1] for ms in curve_ms.values()], "o-")
-    curve.plot(sizes, sizes, ":", color="grey", label="n one-token passes")
-    curve.set_xlabel("tokens scored in one target pass")
-    curve.set_ylabel("cost / one-token pass")
-    curve.set_title("calibrated cost curve", fontsize=9)
-    curve.legend(fontsize=7)
+    plot_cost_curve(curve, results["cost_curve_ms"])
     fig.tight_layout()
     fig.savefig(RESULTS / "cpu.png", dpi=120)
 

@@ -56,12 +56,14 @@ from _common import (
     RESULTS,
     RunRecord,
     greedy_identity,
+    hf_record,
     identity_lines,
     interleaved,
     machine,
+    plot_cost_curve,
+    run_auto,
     run_ours,
     summarize,
-    trace_record,
     write_results,
 )
 from prompt_sets import CATEGORIES, sample
@@ -72,11 +74,6 @@ from spec_decode.backends.calibration import MAX_BLOCK, cost_curve
 from spec_decode.backends.loading import check_pair, load
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.transformers import TransformersModel
-from spec_decode.core.generate import generate
-from spec_decode.core.sampling import SamplingParams
-from spec_decode.drafting.auto import auto_planner, auto_step
-from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 
 SETTINGS = {"greedy": 0.0, "T=0.7": 0.7}
@@ -176,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
             assistant = draft if variant == HF_ASSISTED else None
             return run_hf(target, assistant, counters, prompt_ids, temperature, tokens, seed)
         if variant == OURS_AUTO:
-            return run_auto(target, draft, costs, args.k_max, prompt_ids, temperature, tokens, seed)
+            return run_auto(target, draft, costs, prompt_ids, temperature, tokens, seed, args.k_max)
         # Our runs end synchronized: every pass copies its probabilities to the host.
         k = None if variant == OURS_TARGET else int(variant.rsplit("=", 1)[1])
         drafter = PromptLookupDrafter(target.vocab_size) if "lookup" in variant else None
@@ -305,35 +302,8 @@ def run_hf(
     synchronize(target.device.type)
     seconds = time.perf_counter() - start
     passes = counters["target"].calls - before["target"]
-    return {
-        "tokens": out[0, len(ids) :].tolist(),
-        "seconds": seconds,
-        "target_passes": passes,
-        "draft_calls": counters["draft"].calls - before["draft"],
-        "acceptance_rate": None,
-        "tokens_per_pass": tokens / passes if passes else None,
-    }
-
-
-def run_auto(
-    target: TransformersModel,
-    draft: TransformersModel,
-    costs: CostCurve,
-    k_max: int,
-    ids: list[int],
-    temperature: float,
-    tokens: int,
-    seed: int,
-) -> RunRecord:
-    """Ours with the auto policy: a fresh planner per run on the device's cost curve."""
-    sampling = SamplingParams(temperature)
-    planner = auto_planner(costs, target.vocab_size, ModelDrafter(draft, sampling), k_max)
-    target.reset()
-    draft.reset()
-    step = auto_step(target, planner, sampling)
-    start = time.perf_counter()
-    trace = generate(target, step, ids, tokens, np.random.default_rng(seed))
-    return trace_record(trace, time.perf_counter() - start)
+    draft_calls = counters["draft"].calls - before["draft"]
+    return hf_record(out[0, len(ids) :].tolist(), seconds, passes, draft_calls)
 
 
 @contextmanager
@@ -557,14 +527,7 @@ def plot(results: dict, path: Path) -> None:
     where = device.get("name", device["device"])
     pair = f"{Path(results['target']).name} / {Path(results['draft']).name}"
     ax.set_title(f"{pair}, {results['weights']} on {where}")
-    curve_ms = {int(n): ms for n, ms in results["cost_curve_ms"].items()}
-    sizes = list(curve_ms)
-    curve.plot(sizes, [ms / curve_ms[1] for ms in curve_ms.values()], "o-")
-    curve.plot(sizes, sizes, ":", color="grey", label="n one-token passes")
-    curve.set_xlabel("tokens scored in one target pass")
-    curve.set_ylabel("cost / one-token pass")
-    curve.set_title("calibrated cost curve", fontsize=9)
-    curve.legend(fontsize=7)
+    plot_cost_curve(curve, results["cost_curve_ms"])
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -35,7 +35,7 @@ from _common import (
     load_transformers_pair,
     machine,
     run_ours,
-    summarize,
+    summarize_cases,
     write_results,
 )
 
@@ -96,10 +96,7 @@ def main() -> None:
         "machine": info,
         "tokens": args.tokens,
         "reps": args.reps,
-        "summary": {
-            case: {name: summarize(runs) for name, runs in by_variant.items()}
-            for case, by_variant in raw.items()
-        },
+        "summary": summarize_cases(raw),
         "greedy_identical_to_target_only": greedy_identity(raw),
     }
     write_results("real_adaptive", results, markdown)

@@ -36,12 +36,13 @@ from _common import (
     SETTINGS,
     RunRecord,
     greedy_identity,
+    hf_record,
     identity_lines,
     interleaved,
     load_transformers_pair,
     machine,
     run_ours,
-    summarize,
+    summarize_cases,
     write_results,
 )
 
@@ -89,14 +90,8 @@ def run_hf(
         )
     seconds = time.perf_counter() - start
     passes = counters["target"].calls - before["target"]
-    return {
-        "tokens": out[0, len(ids) :].tolist(),
-        "seconds": seconds,
-        "target_passes": passes,
-        "draft_calls": counters["draft"].calls - before["draft"],
-        "acceptance_rate": None,
-        "tokens_per_pass": tokens / passes if passes else None,
-    }
+    draft_calls = counters["draft"].calls - before["draft"]
+    return hf_record(out[0, len(ids) :].tolist(), seconds, passes, draft_calls)
 
 
 def profile_step(
@@ -181,10 +176,7 @@ def main() -> None:
         "load_seconds": load,
         "tokens": args.tokens,
         "reps": args.reps,
-        "summary": {
-            case: {name: summarize(runs) for name, runs in by_variant.items()}
-            for case, by_variant in raw.items()
-        },
+        "summary": summarize_cases(raw),
         "greedy_identical_to_target_only": greedy_identity(raw),
         "profile_k4_code_completion_ms_per_step": profile,
         "texts": {
