@@ -9,7 +9,6 @@ bitwise up to the block size the backend states for this build (``exact_block_si
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,8 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
+
+from kv_cache_contract import check_draft_cache, check_target_cache, fed  # noqa: E402
 
 from spec_decode import (  # noqa: E402
     ModelDrafter,
@@ -238,60 +239,13 @@ def test_close_draft_is_mostly_accepted(target, close_draft):
     assert trace.acceptance_rate > 0.6
 
 
-def fed(model: LlamaCppModel, call: Callable[[], np.ndarray]) -> tuple[int, np.ndarray]:
-    """Tokens ``call()`` fed through the model, and its result; checks the cache's own length."""
-    before = model.stats.tokens_fed
-    result = call()
-    assert model.cache_length == len(model.cached_tokens)
-    return model.stats.tokens_fed - before, result
-
-
 def test_target_cache_after_full_partial_and_no_acceptance(target, cold):
-    prefix, drafts, k = [1, 2, 3, 4], [4, 0, 1, 2], 4
-    target.reset()
-    steps = [
-        (prefix, len(prefix) + k),
-        (prefix + drafts + [3], 1 + k),  # full acceptance + bonus 3
-        (prefix + drafts + [3] + drafts[:2] + [3], 1 + k),  # 2 of 4 accepted + residual 3
-        (prefix + drafts + [3] + drafts[:2] + [3, 2], 1 + k),  # immediate rejection: 2
-    ]
-    for context, n_fed in steps:
-        n, rows = fed(target, lambda c=context: target.score(c, drafts))
-        assert n == n_fed
-        assert target.cached_tokens == context + drafts
-        assert_close(rows, cold_score(cold, context, drafts))
-    assert target.cache_length == len(steps[-1][0]) + k
+    check_target_cache(target, lambda c, t: cold_score(cold, c, t), assert_close)
 
 
-def test_draft_cache_after_full_partial_and_no_acceptance(close_draft, cold):
-    draft, prefix, k = close_draft, [1, 2, 3], 3
-    draft.reset()
-
-    def propose(context: list[int]) -> list[int]:
-        tokens: list[int] = []
-        for _ in range(k):
-            tokens.append(int(np.argmax(draft.next_dist(context + tokens))))
-        return tokens
-
-    drafts = propose(prefix)
-    assert draft.cached_tokens == prefix + drafts[:-1]  # the last draft is never fed
-    # full acceptance + bonus: the draft is brought level by feeding 2 tokens in one call
-    prefix = [*prefix, *drafts, 0]
-    calls = draft.stats.calls
-    assert fed(draft, lambda: draft.next_dist(prefix))[0] == 2
-    assert draft.stats.calls == calls + 1
-    # partial acceptance (1 of k) + residual
-    drafts = propose(prefix)
-    prefix = [*prefix, drafts[0], (drafts[1] + 1) % VOCAB]
-    n, row = fed(draft, lambda: draft.next_dist(prefix))
-    assert n == 1 and draft.cached_tokens == prefix
-    # immediate rejection
-    drafts = propose(prefix)
-    prefix = [*prefix, (drafts[0] + 1) % VOCAB]
-    n, row = fed(draft, lambda: draft.next_dist(prefix))
-    assert n == 1 and draft.cached_tokens == prefix
-    cold_draft = LlamaCppModel(draft.path, n_threads=1, n_ctx=CONTEXT, max_tree_leaves=1)
-    assert_close(row[None], cold_score(cold_draft, prefix, []))
+def test_draft_cache_after_full_partial_and_no_acceptance(close_draft):
+    cold_draft = LlamaCppModel(close_draft.path, n_threads=1, n_ctx=CONTEXT, max_tree_leaves=1)
+    check_draft_cache(close_draft, VOCAB, lambda c, t: cold_score(cold_draft, c, t), assert_close)
 
 
 #: A tree of 7 nodes: two children of the prefix, node 0 with children 2 and 3, node 2 with
