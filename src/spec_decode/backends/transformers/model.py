@@ -1,71 +1,16 @@
-"""A Hugging Face transformers causal LM behind the :class:`spec_decode.core.models.Model`
-interface.
-
-The interface is stateless (every call passes the full prefix), but re-running a prefix on every
-call would cost a whole prompt per token. :class:`TransformersModel` therefore keeps one KV cache
-plus the list of tokens it covers. On each call it finds the longest common prefix of the cached
-tokens and the requested sequence, crops the cache to it (to at most ``len(prefix) - 1``, so the
-last committed token is fed again and its logits come out), and feeds the rest in ONE forward
-call. For speculative decoding this means:
-
-* the target scores the last committed token plus all k drafted tokens in one pass;
-* after verification, the next call crops both caches back to the accepted length by itself;
-* after a bonus token, the draft is brought level by feeding its two missing tokens in one call.
-
-The adapter returns the raw next-token distribution softmax(logits) in float64: temperature,
-top-k, top-p and min-p are applied by the sampler, identically for draft and target.
-
-**Greedy identity by construction (near-ties).** A row scored inside a block is not bitwise the
-row target-only decoding computes: target-only decoding feeds the prompt in one call and then one
-token per call, and the CPU matrix kernels round differently for a block of rows than for one
-(the block's keys and values differ in the same way, so later rows inherit it). The difference
-is small; :data:`BLOCK_TOLERANCE` states a bound on how far it moves the difference of any two
-logits of a row. A greedy choice can therefore flip only where the top two logits of a row are
-within that tolerance. At such a *near-tie* the adapter re-scores the row exactly as target-only
-decoding computes it, on a second KV cache (the *replica*) that it only ever extends the way
-target-only decoding does: the prompt in one call (the first call after :meth:`reset` reads it),
-then one token per call, catching up lazily from where it stopped; the row returned is then
-bitwise target-only's. Greedy speculative output is thus token-identical to greedy target-only
-decoding from an empty cache, near-ties included, the counterpart of the llama.cpp backend's
-``exact_blocks``. Its price: a near-tie costs one one-token call per token between where the
-replica stands and the row (it follows the drafts, and is cut back after a rejection), so a run
-pays at most about one target-only run plus the drafted tokens of the blocks with a near-tie;
-rare near-ties cost nothing elsewhere. The replica's work is counted apart in
-:class:`~spec_decode.backends.prefix_cache.ForwardStats` (``rescored_rows``, ``rescore_calls``,
-``rescore_tokens_fed``, ``rescore_s``). Rows that are already target-only's (every
-row of target-only decoding itself) are never re-scored. Off with ``exact_ties=False``, and off
-where no tolerance is stated: int8 linear layers (their shared activation scale moves block rows
-far more; fine for a draft) and CUDA (unmeasured).
-
-**Sliding-window attention.** A model whose layers attend to a sliding window (or chunks) of W
-tokens keeps at most W - 1 keys per layer once W tokens have passed, and such a cache cannot be
-cut back after a rejected draft (transformers raises in ``crop``). Within W tokens the window
-changes nothing: every token sees the whole sequence. The adapter therefore takes W as its
-context window (:attr:`TransformersModel.sliding_window`), so :meth:`check_fits` refuses, up
-front and with a ``ValueError`` naming the window, any generation that would not fit inside it;
-the one cache state that cannot be cut (exactly W tokens fed) is dropped and re-read instead.
-
-Pinned and tested with transformers 5.24.0 (the ``cache=`` argument of 5.x; ``past_key_values``
-is its deprecated name).
-"""
+"""The transformers adapter itself: :class:`TransformersModel`, a causal LM with a reusable KV
+cache, block scoring, near-tie re-scoring and tree scoring (see the package docstring)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    DynamicCache,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import DynamicCache, PreTrainedModel
 
-from spec_decode.backends.cpu_linear import PackedLinear, pack_linears
+from spec_decode.backends.cpu_linear import PackedLinear
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 #: The most the difference of two logits of one row (= of two log-probabilities) moves between a
@@ -89,10 +34,10 @@ class TransformersModel(PrefixCachedModel):
         Any ``AutoModelForCausalLM`` (put in eval mode here).
     context_window
         The longest sequence the model may see; defaults to ``config.max_position_embeddings``,
-        and never exceeds a sliding attention window (see the module docstring).
+        and never exceeds a sliding attention window (see the package docstring).
     exact_ties
         Re-score near-tied rows exactly as target-only decoding computes them, so greedy output
-        is token-identical to target-only decoding (see the module docstring); needs a stated
+        is token-identical to target-only decoding (see the package docstring); needs a stated
         ``block_tolerance``.
     block_tolerance
         The bound on how far block scoring moves the difference of two logits of a row; None
@@ -365,70 +310,3 @@ def stated_block_tolerance(model: PreTrainedModel) -> float | None:
         if isinstance(module, PackedLinear) and module.weight_format == "int8":
             return None
     return BLOCK_TOLERANCE
-
-
-#: The devices :func:`load_model` accepts.
-DEVICES = ("cpu", "cuda")
-#: Weight formats on CUDA: the GPU's own half-precision matrix kernels (no CPU packing).
-_CUDA_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def load_model(path: str | Path, weights: str = "fp16", device: str = "cpu") -> TransformersModel:
-    """Load a local transformers folder onto ``device`` with the given weight format.
-
-    On the CPU ``weights`` is the linear-layer format: ``"fp16"`` (use for targets), ``"int8"``
-    (cheapest; drafts only) or ``"fp32"``. On ``"cuda"`` the whole model is loaded in ``"bf16"``,
-    ``"fp16"`` or ``"fp32"`` and runs on the GPU's kernels; whether block scores agree with
-    one-token scores there is a property of those kernels, unmeasured here (no GPU was available).
-    """
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
-    folder = _existing_folder(path)
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("device cuda requested but torch sees no CUDA device")
-        if weights not in _CUDA_DTYPES:
-            raise ValueError(f"on cuda, weights must be one of {', '.join(_CUDA_DTYPES)}")
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_CUDA_DTYPES[weights])
-        return TransformersModel(model.to("cuda"))
-    # Read fp16 and pack each linear layer from it, so no full fp32 copy of the weights ever
-    # exists; the remaining parameters (embeddings, norms) then compute in fp32.
-    dtype = torch.float32 if weights == "fp32" else torch.float16
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
-    return TransformersModel(pack_linears(model, weights).float())
-
-
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """Load the tokenizer saved in a local transformers folder."""
-    return AutoTokenizer.from_pretrained(str(_existing_folder(path)))
-
-
-def _existing_folder(path: str | Path) -> Path:
-    folder = Path(path).expanduser()
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"no transformers model folder (with config.json) at {folder}")
-    return folder
-
-
-def check_pair(
-    target: TransformersModel,
-    draft: TransformersModel,
-    target_tok: PreTrainedTokenizerBase | None = None,
-    draft_tok: PreTrainedTokenizerBase | None = None,
-) -> None:
-    """Raise ``ValueError`` unless draft and target share a vocabulary (and tokenizer, if given).
-
-    Speculative decoding compares distributions over the same token ids, so the output sizes
-    must match and the tokenizers must map every string to the same ids.
-    """
-    if target.vocab_size != draft.vocab_size:
-        raise ValueError(
-            f"draft and target vocabularies differ: {draft.vocab_size} vs "
-            f"{target.vocab_size} logits"
-        )
-    if target_tok is None or draft_tok is None:
-        return
-    if target_tok.get_vocab() != draft_tok.get_vocab():
-        raise ValueError("draft and target tokenizers differ: their token-to-id maps are not equal")
-    if target_tok.all_special_ids != draft_tok.all_special_ids:
-        raise ValueError("draft and target tokenizers differ in their special tokens")
