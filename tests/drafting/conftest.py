@@ -29,6 +29,9 @@ class ReportsModelQ:
         rows = [self.draft.next_dist([*prefix, *tokens[:i]]) for i in range(len(tokens))]
         return tokens, np.reshape(rows, (len(tokens), self.vocab_size))
 
+    def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]:
+        return self.inner.propose_tokens(prefix, k)
+
 
 @pytest.fixture
 def reports_model_q() -> type[ReportsModelQ]:

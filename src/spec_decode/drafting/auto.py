@@ -43,7 +43,7 @@ from spec_decode.core.rules import Rule, exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import Drafter
+from spec_decode.drafting.drafters import DeterministicDrafter, Drafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.planning import Plan
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
@@ -51,15 +51,6 @@ from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
 #: How much better than a plain pass an option's expected rate must be to be chosen.
 MARGIN = 0.1
-
-
-class _NoRandomness:
-    """The source a deterministic drafter is peeked with: drawing from it is a bug."""
-
-    def _refuse(self, *args: object) -> int:
-        raise ValueError("a drafter the auto policy treats as deterministic drew randomness")
-
-    bernoulli = categorical = uniform = _refuse
 
 
 @dataclass(frozen=True)
@@ -71,8 +62,9 @@ class AutoPlanner:
     costs
         The calibrated cost curve (fixed during a run).
     drafters
-        The drafters by name. Every one except ``model`` must be deterministic (draw no
-        randomness, report one-hot q) and satisfy ``propose(c, j) == propose(c, k)[:j]``.
+        The drafters by name. Every one except ``model`` must be a
+        :class:`~spec_decode.drafting.drafters.DeterministicDrafter` (no randomness, one-hot q,
+        ``propose_tokens``) and satisfy ``propose(c, j) == propose(c, k)[:j]``.
     model
         The name of the draft-model drafter in ``drafters``, or ``None`` when there is none;
         needs ``costs.draft_seconds``.
@@ -89,7 +81,7 @@ class AutoPlanner:
     """
 
     costs: CostCurve
-    drafters: Mapping[str, Drafter]
+    drafters: Mapping[str, Drafter | DeterministicDrafter]
     model: str | None = None
     k_max: int = 16
     prior_alpha: float = 0.5
@@ -100,6 +92,9 @@ class AutoPlanner:
     def __post_init__(self) -> None:
         if not self.drafters or len({d.vocab_size for d in self.drafters.values()}) != 1:
             raise ValueError("the auto policy needs drafters, all over one vocabulary")
+        for name, drafter in self.drafters.items():
+            if name != self.model and not hasattr(drafter, "propose_tokens"):
+                raise ValueError(f"drafter {name!r} is not deterministic (no propose_tokens)")
         if self.model is not None:
             if self.model not in self.drafters:
                 raise ValueError(f"the model drafter {self.model!r} is not among the drafters")
@@ -132,7 +127,7 @@ class AutoPlanner:
         for name, drafter in self.drafters.items():
             if name == self.model:
                 continue
-            proposals[name], _ = drafter.propose(context, cap, _NoRandomness())
+            proposals[name] = drafter.propose_tokens(context, cap)
             beta = counterfactual_alpha(
                 trace, name, self.prior_alpha, self.prior_weight, self.memory
             )
@@ -201,7 +196,9 @@ def auto_planner(
     :class:`~spec_decode.drafting.suffix.SuffixDrafter`)."""
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(vocab_size, min_ngram=2),
-        "suffix": SuffixDrafter(vocab_size, min_match=2, history=history),
+        "suffix": SuffixDrafter(
+            vocab_size, max_match=8, max_tokens=max(1, min(k_max, 16)), min_match=2, history=history
+        ),
     }
     if model_drafter is not None:
         drafters["draft"] = model_drafter

@@ -30,6 +30,14 @@ class Drafter(Protocol):
     ) -> tuple[list[int], np.ndarray]: ...
 
 
+class DeterministicDrafter(Drafter, Protocol):
+    """A drafter whose proposal is a function of the prefix alone (no randomness, one-hot q),
+    with ``propose_tokens(prefix, k)``: the tokens ``propose`` would give, without building q
+    (k rows of the vocabulary's size: the auto policy peeks at every such drafter each step)."""
+
+    def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]: ...
+
+
 @dataclass(frozen=True)
 class ModelDrafter:
     """Samples up to ``k`` tokens autoregressively from a draft model under the sampling controls.

@@ -91,7 +91,10 @@ class PromptLookupDrafter:
     def propose(
         self, prefix: Sequence[int], k: int, rng: RandomSource
     ) -> tuple[list[int], np.ndarray]:
-        tokens = lookup_continuation(
-            prefix, self.min_ngram, self.max_ngram, min(k, self.max_tokens)
-        )
+        tokens = self.propose_tokens(prefix, k)
         return tokens, one_hot_rows(tokens, self.vocab_size)
+
+    def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]:
+        """The proposed tokens alone, without q (a
+        :class:`~spec_decode.drafting.drafters.DeterministicDrafter`)."""
+        return lookup_continuation(prefix, self.min_ngram, self.max_ngram, min(k, self.max_tokens))

@@ -186,6 +186,12 @@ class SuffixDrafter:
     def propose(
         self, prefix: Sequence[int], k: int, rng: RandomSource
     ) -> tuple[list[int], np.ndarray]:
+        tokens = self.propose_tokens(prefix, k)
+        return tokens, one_hot_rows(tokens, self.vocab_size)
+
+    def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]:
+        """The proposed tokens alone, without q (a
+        :class:`~spec_decode.drafting.drafters.DeterministicDrafter`)."""
         indexed = len(self._index.tokens)
         if len(prefix) < indexed or list(prefix[:indexed]) != self._index.tokens:
             self._index, indexed = SuffixIndex(self._index.depth), 0
@@ -199,5 +205,4 @@ class SuffixDrafter:
             longer = max(length + 1, self.min_match)
             shared = self.history.index.longest_match(prefix, self.max_match, longer)
             node = shared or node
-        tokens = continuation(node, min(k, self.max_tokens), self.min_probability)
-        return tokens, one_hot_rows(tokens, self.vocab_size)
+        return continuation(node, min(k, self.max_tokens), self.min_probability)
