@@ -113,6 +113,11 @@ def main() -> None:
     parser.add_argument(
         "--recalibrate", action="store_true", help="measure the cost curve again (quiet machine)"
     )
+    parser.add_argument(
+        "--variants",
+        help="comma-separated engines to run (default: all); a subset is written as "
+        "bench/results/cpu_subset.*, the full table stays",
+    )
     args = parser.parse_args()
     target_path = packaged.gguf_file(packaged.DEFAULT_TARGET)
     draft_path = packaged.gguf_file(packaged.DEFAULT_DRAFT)
@@ -127,6 +132,12 @@ def main() -> None:
     theirs = Llama(str(target_path), n_ctx=4096, n_threads=args.threads, verbose=False)
     hf_pair = load_transformers_pair()[:2] if args.transformers else None
     variants = [*OURS, *(OURS_HF if hf_pair else ()), *THEIRS]
+    if args.variants:
+        unknown = set(args.variants.split(",")) - set(variants)
+        if unknown:
+            parser.error(f"unknown variants {sorted(unknown)}; choose from {variants}")
+        variants = [v for v in variants if v in args.variants.split(",")]
+    stem = "cpu_subset" if args.variants else "cpu"
     prompts = {f"{p.category} {p.source_id}": p for p in sample(args.per_category)}
     ids = {name: encode_prompt(tokenizer, p.text, raw=not p.chat) for name, p in prompts.items()}
     texts = {name: tokenizer.decode(ids[name], skip_special_tokens=False) for name in prompts}
@@ -185,8 +196,8 @@ def main() -> None:
         "cost_curve_ms": {n: 1e3 * costs.target(n) for n in range(1, 18)},
         "draft_token_ms": None if costs.draft_seconds is None else 1e3 * costs.draft_seconds,
     }
-    write_results("cpu", results, markdown)
-    plot(results)
+    write_results(stem, results, markdown)
+    plot(results, stem)
 
 
 def run_llama_python(
@@ -329,7 +340,7 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict) -> None:
+def plot(results: dict, stem: str) -> None:
     """Median tokens/s per category and engine, with the calibrated cost curve beside."""
     import matplotlib
 
@@ -349,7 +360,7 @@ def plot(results: dict) -> None:
     ax.set_title("Qwen2.5-Coder 1.5B / 0.5B, 2 CPU threads: ours on llama.cpp vs llama.cpp")
     plot_cost_curve(curve, results["cost_curve_ms"])
     fig.tight_layout()
-    fig.savefig(RESULTS / "cpu.png", dpi=120)
+    fig.savefig(RESULTS / f"{stem}.png", dpi=120)
 
 
 if __name__ == "__main__":
