@@ -104,12 +104,12 @@ def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
 
 
 def _load_transformers(name_or_path: str, weights: str, device: str) -> Loaded:
+    folder = packaged.resolve(name_or_path)  # a missing folder fails before torch is imported
     from transformers.utils import logging as hf_logging
 
     from spec_decode.backends.transformers import load_model, load_tokenizer
 
     hf_logging.disable_progress_bar()
-    folder = packaged.resolve(name_or_path)
     start = time.perf_counter()
     model = load_model(folder, weights, device)
     tokenizer = load_tokenizer(folder)
