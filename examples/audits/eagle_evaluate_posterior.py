@@ -34,9 +34,9 @@ sampled from q it stays exact, only accepting less often than min(1, p/q) would.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
+
+from spec_decode.certify.zoo import one_hot_drafter
 
 
 def rule(p: np.ndarray, q: np.ndarray, draft_tokens, rng, sampling) -> list[int]:
@@ -60,10 +60,6 @@ def rule(p: np.ndarray, q: np.ndarray, draft_tokens, rng, sampling) -> list[int]
     return [*accepted, rng.categorical(p[len(draft_tokens)])]
 
 
-def drafter(model, prefix: Sequence[int], k: int, rng) -> tuple[list[int], np.ndarray]:
-    """EAGLE's chain proposal: the draft's most likely token at each depth, with a one-hot q."""
-    context, tokens = list(prefix), []
-    for _ in range(k):
-        tokens.append(int(np.argmax(model.next_dist(context))))
-        context.append(tokens[-1])
-    return tokens, np.eye(model.vocab_size)[tokens].reshape(k, model.vocab_size)
+#: EAGLE's chain proposal, the draft's most likely token at each depth with a one-hot q:
+#: the zoo's ``one_hot_drafter`` (a control: exact with an exact rule).
+drafter = one_hot_drafter

@@ -31,9 +31,9 @@ depth, as a Medusa head's top-1 does, and reports the one-hot q it amounts to; t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
+
+from spec_decode.certify.zoo import one_hot_drafter
 
 #: ``medusa_generate``'s defaults.
 POSTERIOR_THRESHOLD = 0.09
@@ -58,10 +58,6 @@ def rule(p: np.ndarray, q: np.ndarray, draft_tokens, rng, sampling) -> list[int]
     return [*emitted, int(np.argmax(p[len(emitted)]))]
 
 
-def drafter(model, prefix: Sequence[int], k: int, rng) -> tuple[list[int], np.ndarray]:
-    """A Medusa head's top-1 at each depth: the draft's most likely token, with a one-hot q."""
-    context, tokens = list(prefix), []
-    for _ in range(k):
-        tokens.append(int(np.argmax(model.next_dist(context))))
-        context.append(tokens[-1])
-    return tokens, np.eye(model.vocab_size)[tokens].reshape(k, model.vocab_size)
+#: A Medusa head's top-1 at each depth: the draft's most likely token, with a one-hot q:
+#: the zoo's ``one_hot_drafter`` (a control: exact with an exact rule).
+drafter = one_hot_drafter

@@ -44,9 +44,9 @@ too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
+
+from spec_decode.certify.zoo import one_hot_drafter
 
 
 def _greedy(p: np.ndarray, draft_tokens: list[int]) -> list[int]:
@@ -108,10 +108,6 @@ def rule_without_draft_probs(
     return emitted
 
 
-def drafter(model, prefix: Sequence[int], k: int, rng) -> tuple[list[int], np.ndarray]:
-    """Drafts the draft model's most likely token k times and reports a one-hot q."""
-    context, tokens = list(prefix), []
-    for _ in range(k):
-        tokens.append(int(np.argmax(model.next_dist(context))))
-        context.append(tokens[-1])
-    return tokens, np.eye(model.vocab_size)[tokens].reshape(k, model.vocab_size)
+#: The draft model's most likely token k times, reported with a one-hot q:
+#: the zoo's ``one_hot_drafter`` (a control: exact with an exact rule).
+drafter = one_hot_drafter

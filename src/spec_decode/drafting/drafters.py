@@ -38,6 +38,30 @@ class DeterministicDrafter(Drafter, Protocol):
     def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]: ...
 
 
+class OneHotProposals:
+    """Gives a deterministic drafter its ``propose``: its ``propose_tokens`` with one-hot q rows,
+    the honest report of a proposal that was not sampled (the exact rule then accepts x with
+    probability p(x))."""
+
+    vocab_size: int
+
+    def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]:
+        raise NotImplementedError
+
+    def propose(
+        self, prefix: Sequence[int], k: int, rng: RandomSource
+    ) -> tuple[list[int], np.ndarray]:
+        tokens = self.propose_tokens(prefix, k)
+        return tokens, one_hot_rows(tokens, self.vocab_size)
+
+
+def one_hot_rows(tokens: Sequence[int], vocab_size: int) -> np.ndarray:
+    """The q rows of a deterministic proposal: shape (len(tokens), vocab_size), one 1 per row."""
+    rows = np.zeros((len(tokens), vocab_size))
+    rows[np.arange(len(tokens)), np.asarray(tokens, dtype=np.int64)] = 1.0
+    return rows
+
+
 @dataclass(frozen=True)
 class ModelDrafter:
     """Samples up to ``k`` tokens autoregressively from a draft model under the sampling controls.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec_decode.core.randomness import RandomSource
+from spec_decode.drafting.drafters import OneHotProposals
 
 
 def lookup_continuation(
@@ -48,15 +48,8 @@ def lookup_continuation(
     return []
 
 
-def one_hot_rows(tokens: Sequence[int], vocab_size: int) -> np.ndarray:
-    """The q rows of a deterministic proposal: shape (len(tokens), vocab_size), one 1 per row."""
-    rows = np.zeros((len(tokens), vocab_size))
-    rows[np.arange(len(tokens)), np.asarray(tokens, dtype=np.int64)] = 1.0
-    return rows
-
-
 @dataclass(frozen=True)
-class PromptLookupDrafter:
+class PromptLookupDrafter(OneHotProposals):
     """Proposes the continuation of the most recent earlier occurrence of the last n tokens.
 
     Parameters
@@ -87,12 +80,6 @@ class PromptLookupDrafter:
             )
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-
-    def propose(
-        self, prefix: Sequence[int], k: int, rng: RandomSource
-    ) -> tuple[list[int], np.ndarray]:
-        tokens = self.propose_tokens(prefix, k)
-        return tokens, one_hot_rows(tokens, self.vocab_size)
 
     def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]:
         """The proposed tokens alone, without q (a

@@ -27,10 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from spec_decode.core.randomness import RandomSource
-from spec_decode.drafting.lookup import one_hot_rows
+from spec_decode.drafting.drafters import OneHotProposals
 
 
 class _Node:
@@ -135,7 +132,7 @@ class SuffixHistory:
 
 
 @dataclass
-class SuffixDrafter:
+class SuffixDrafter(OneHotProposals):
     """Proposes the most frequent continuation of the context's longest recurring suffix.
 
     Parameters
@@ -182,12 +179,6 @@ class SuffixDrafter:
         if not 0 <= self.min_probability <= 1:
             raise ValueError(f"min_probability must lie in [0, 1], got {self.min_probability}")
         self._index = SuffixIndex(self.max_match + self.max_tokens)
-
-    def propose(
-        self, prefix: Sequence[int], k: int, rng: RandomSource
-    ) -> tuple[list[int], np.ndarray]:
-        tokens = self.propose_tokens(prefix, k)
-        return tokens, one_hot_rows(tokens, self.vocab_size)
 
     def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]:
         """The proposed tokens alone, without q (a
