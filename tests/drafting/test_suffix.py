@@ -84,8 +84,8 @@ def test_the_index_is_cut_at_its_depth():
     index = SuffixIndex(depth=3)
     index.extend([1, 2, 1, 2])
     # matching "1 2" leaves room for one token below it; matching "2" for two
-    assert continuation(index.suffix_match(2, 1)[1], 5, min_probability=0.0) == [1]
-    assert continuation(index.suffix_match(1, 1)[1], 5, min_probability=0.0) == [1, 2]
+    assert continuation(index.longest_match(index.tokens, 2, 1)[1], 5, 0.0) == [1]
+    assert continuation(index.longest_match(index.tokens, 1, 1)[1], 5, 0.0) == [1, 2]
     with pytest.raises(ValueError, match="depth"):
         SuffixIndex(depth=1)
 

@@ -10,10 +10,10 @@ chance the whole draft is right) falls below a threshold.
 :class:`SuffixIndex` holds the same counts as that suffix tree, cut at ``depth`` tokens: it is the
 trie of every substring of length <= ``depth`` (a suffix tree without path compression, which
 changes no count). Appending a token costs O(depth): the nodes of the last ``depth`` suffixes are
-kept (the "active" nodes) and each steps to its child for the new token. The active nodes are
-also exactly the nodes a match needs, so matching costs O(depth) as well and nothing is ever
+kept (the "active" nodes) and each steps to its child for the new token, so nothing is ever
 rebuilt while the context only grows, which it does during generation (rejected drafts never enter
-it).
+it). A match walks down from the root once per candidate length, at most max_match^2 dictionary
+steps, the same walk for the request's own index and for a shared history.
 
 :class:`SuffixDrafter` indexes the prompt and the output so far and, optionally, reads a
 :class:`SuffixHistory` shared across requests in one process: the finished sequences of earlier
@@ -72,9 +72,11 @@ class SuffixIndex:
         self.tokens = []
         self._active = [self._root]
 
-    def longest_match(self, context: Sequence[int], max_match: int, min_match: int) -> _Node | None:
-        """The node of the longest suffix of ``context`` (``min_match`` to ``max_match`` tokens)
-        that was followed by something here, or None."""
+    def longest_match(
+        self, context: Sequence[int], max_match: int, min_match: int
+    ) -> tuple[int, _Node | None]:
+        """The longest suffix of ``context`` (``min_match`` to ``max_match`` tokens) that was
+        followed by something here: its length and node, or (0, None)."""
         for m in range(min(max_match, len(context), self.depth - 1), min_match - 1, -1):
             node: _Node | None = self._root
             for token in context[len(context) - m :]:
@@ -82,15 +84,7 @@ class SuffixIndex:
                 if node is None:
                     break
             if node is not None and node.continued:
-                return node
-        return None
-
-    def suffix_match(self, max_match: int, min_match: int) -> tuple[int, _Node | None]:
-        """:meth:`longest_match` for the indexed sequence's own suffix, read off the active
-        nodes in O(``max_match``): the match length and its node ((0, None) when none)."""
-        for m in range(min(max_match, len(self._active) - 1, self.depth - 1), min_match - 1, -1):
-            if self._active[m].continued:
-                return m, self._active[m]
+                return m, node
         return 0, None
 
 
@@ -191,9 +185,9 @@ class SuffixDrafter(OneHotProposals):
         elif self.history is not None and self.history.version != self._history_version:
             raise ValueError("the shared suffix history changed in the middle of a request")
         self._index.extend(prefix[indexed:])
-        length, node = self._index.suffix_match(self.max_match, self.min_match)
+        length, node = self._index.longest_match(prefix, self.max_match, self.min_match)
         if self.history is not None:
             longer = max(length + 1, self.min_match)
-            shared = self.history.index.longest_match(prefix, self.max_match, longer)
+            _, shared = self.history.index.longest_match(prefix, self.max_match, longer)
             node = shared or node
         return continuation(node, min(k, self.max_tokens), self.min_probability)
