@@ -11,7 +11,7 @@ is the same for every backend; a backend writes ``_dists`` (and ``reset``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -39,9 +39,9 @@ class ForwardStats:
     rescore_s: float = 0.0
 
     def reset(self) -> None:
-        self.calls = self.tokens_fed = 0
-        self.rescored_rows = self.rescore_calls = self.rescore_tokens_fed = 0
-        self.bookkeeping_s = self.forward_s = self.softmax_s = self.rescore_s = 0.0
+        """Every count and time back to zero."""
+        for counter in fields(self):
+            setattr(self, counter.name, counter.default)
 
 
 class PrefixCachedModel:
