@@ -80,7 +80,7 @@ def check_pair(target: Loaded, draft: Loaded) -> None:
         check_transformers_pair(target.model, draft.model, target.tokenizer, draft.tokenizer)
 
 
-def gguf_file(name_or_path: str) -> Path:
+def resolve_gguf(name_or_path: str) -> Path:
     """The GGUF file of a packaged model name (assembled on first use) or a path."""
     if name_or_path in packaged.PREPARED:
         return packaged.gguf_file(name_or_path)
@@ -96,7 +96,7 @@ def gguf_file(name_or_path: str) -> Path:
 def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
     from spec_decode.backends.llamacpp import load_model, load_tokenizer
 
-    path = gguf_file(name_or_path)
+    path = resolve_gguf(name_or_path)
     start = time.perf_counter()
     model = load_model(path, n_threads=threads)
     tokenizer = load_tokenizer(model)

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from spec_decode.backends import packaged
 from spec_decode.backends.calibration import cached_seconds, cost_curve, identity
-from spec_decode.backends.loading import Loaded, check_pair, choose_backend, gguf_file, load
+from spec_decode.backends.loading import Loaded, check_pair, choose_backend, load, resolve_gguf
 from spec_decode.backends.prompts import Tokenizer, encode_prompt
 from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import MinP, Temperature, TopK, TopP, print_json
@@ -295,7 +295,7 @@ def _draft_may_pay(
         return True
     from spec_decode.backends.llamacpp import default_threads
 
-    key = identity("llama.cpp", gguf_file(draft), threads or default_threads())
+    key = identity("llama.cpp", resolve_gguf(draft), threads or default_threads())
     seconds = cached_seconds(key)
     return seconds is None or draft_model_can_pay(costs, seconds[0], k_max)
 
