@@ -18,14 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from spec_decode.core.generate import generate, generate_autoregressive, generate_speculative
+from spec_decode.core.generate import generate, generate_autoregressive
 from spec_decode.core.models import Model
+from spec_decode.core.protocols import Drafter, KPolicy
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.drafting.auto import auto_planner, auto_step
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import Drafter, ModelDrafter
-from spec_decode.drafting.policies import KPolicy
+from spec_decode.drafting.drafters import ModelDrafter
+from spec_decode.drafting.speculative import generate_speculative
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from spec_decode.core.generate import generate_speculative
 from spec_decode.core.models import MarkovModel, Model, draft_from_target, random_markov
-from spec_decode.drafting.drafters import Drafter, FallbackDrafter, ModelDrafter
+from spec_decode.core.protocols import Drafter, KPolicy
+from spec_decode.drafting.drafters import FallbackDrafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.policies import CostModelK, FixedK, KPolicy, ScheduleK
+from spec_decode.drafting.policies import CostModelK, FixedK, ScheduleK
+from spec_decode.drafting.speculative import generate_speculative
 
 RESULTS = Path(__file__).parent / "results"
 VOCAB, CONCENTRATION, AGREEMENT = 64, 0.3, 0.8

@@ -41,10 +41,11 @@ from _common import (
 
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.transformers import TransformersModel
+from spec_decode.core.protocols import Drafter, KPolicy
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.drafting.drafters import Drafter, FallbackDrafter, ModelDrafter
+from spec_decode.drafting.drafters import FallbackDrafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.policies import CostModelK, FixedK, KPolicy, ScheduleK
+from spec_decode.drafting.policies import CostModelK, FixedK, ScheduleK
 
 #: name -> (drafter from the draft model and the sampling controls, or None for the plain model
 #: drafter; k policy, or None for target-only)

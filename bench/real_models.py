@@ -48,8 +48,8 @@ from _common import (
 
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.transformers import TransformersModel
-from spec_decode.core.generate import generate_speculative
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.drafting.speculative import generate_speculative
 
 
 class CallCounter:

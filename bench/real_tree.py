@@ -27,11 +27,12 @@ from _common import load_transformers_pair, machine, write_results
 
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.transformers import TransformersModel
-from spec_decode.core.generate import generate_autoregressive, generate_speculative, generate_tree
+from spec_decode.core.generate import generate_autoregressive
 from spec_decode.core.randomness import NumpySource
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
 from spec_decode.drafting.drafters import ModelDrafter
+from spec_decode.drafting.speculative import generate_speculative, generate_tree
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter
 
 TEMPERATURE = 0.7

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from spec_decode.core.generate import generate_autoregressive, generate_speculative, generate_tree
+from spec_decode.core.generate import generate_autoregressive
 from spec_decode.core.models import MarkovModel, Model, draft_from_target, random_markov, score
+from spec_decode.core.protocols import Drafter, KPolicy
 from spec_decode.core.randomness import NumpySource, RandomSource
 from spec_decode.core.rules import Rule, exact_rule, residual
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Step, Trace
 from spec_decode.core.tree import TreeShape
-from spec_decode.drafting.drafters import Drafter, FallbackDrafter, ModelDrafter
+from spec_decode.drafting.drafters import FallbackDrafter, ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.policies import CostModelK, FixedK, KPolicy, ScheduleK, policy_by_name
+from spec_decode.drafting.policies import CostModelK, FixedK, ScheduleK, policy_by_name
+from spec_decode.drafting.speculative import generate_speculative, generate_tree
 
 __all__ = [
     "CostModelK",

@@ -25,12 +25,12 @@ from spec_decode import (  # noqa: E402
     generate_autoregressive,
     generate_speculative,
 )
-from spec_decode.backends.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.backends.transformers import (  # noqa: E402
     TransformersModel,
     check_pair,
     load_model,
 )
+from spec_decode.backends.transformers.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.certify.generators import chain_generator  # noqa: E402
 from spec_decode.certify.goodness_of_fit import samples_for_power  # noqa: E402
 from spec_decode.certify.statistical import statistical_certificate  # noqa: E402

@@ -23,8 +23,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from spec_decode.backends.cpu_linear import PackedLinear  # noqa: E402
 from spec_decode.backends.loading import load  # noqa: E402
+from spec_decode.backends.transformers.cpu_linear import PackedLinear  # noqa: E402
 from spec_decode.certify.enumeration import EnumerationError, enumerate_outputs  # noqa: E402
 from spec_decode.certify.generators import chain_generator  # noqa: E402
 from spec_decode.certify.reference import target_joint  # noqa: E402

@@ -20,12 +20,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spec_decode import SamplingParams, generate_autoregressive, generate_speculative  # noqa: E402
-from spec_decode.backends.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.backends.transformers import (  # noqa: E402
     BLOCK_TOLERANCE,
     TransformersModel,
 )
-from spec_decode.core.generate import generate_tree  # noqa: E402
+from spec_decode.backends.transformers.cpu_linear import pack_linears  # noqa: E402
+from spec_decode.drafting.speculative import generate_tree  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

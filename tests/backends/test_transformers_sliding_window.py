@@ -19,10 +19,10 @@ pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from spec_decode import SamplingParams, generate_autoregressive, generate_speculative  # noqa: E402
-from spec_decode.backends.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.backends.transformers import TransformersModel  # noqa: E402
+from spec_decode.backends.transformers.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.cli.app import app  # noqa: E402
-from spec_decode.core.generate import generate_tree  # noqa: E402
+from spec_decode.drafting.speculative import generate_tree  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,10 +15,10 @@ pytest.importorskip("transformers")
 
 
 from spec_decode import NumpySource, SamplingParams, generate_autoregressive  # noqa: E402
-from spec_decode.backends.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.backends.transformers import TransformersModel  # noqa: E402
-from spec_decode.core.generate import generate_tree  # noqa: E402
+from spec_decode.backends.transformers.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.core.tree import TreeShape, score_tree  # noqa: E402
+from spec_decode.drafting.speculative import generate_tree  # noqa: E402
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter  # noqa: E402
 
 VOCAB = 7

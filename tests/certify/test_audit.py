@@ -114,14 +114,18 @@ def test_arrays_and_tensors_are_accepted_as_rule_output():
     cases = audit_cases()[:3]
 
     def as_array(p, q, d, rng):
-        return np.array(exact_rule(p, q, d, rng))
+        return np.array(exact_rule(p, q, d, rng).emitted)
 
     def as_tensor(p, q, d, rng):
-        return torch.tensor(exact_rule(p, q, d, rng))
+        return torch.tensor(exact_rule(p, q, d, rng).emitted)
 
     assert audit(rule=as_array, cases=cases).verdict == "PASS"
     assert audit(rule=as_tensor, cases=cases).verdict == "PASS"
-    floats = audit(rule=lambda p, q, d, rng: np.array(exact_rule(p, q, d, rng), float), cases=cases)
+
+    def as_floats(p, q, d, rng):
+        return np.array(exact_rule(p, q, d, rng).emitted, float)
+
+    floats = audit(rule=as_floats, cases=cases)
     assert floats.verdict == "FAIL" and "dtype float64" in floats.problem
 
 

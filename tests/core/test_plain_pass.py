@@ -22,9 +22,9 @@ from spec_decode import (
 )
 from spec_decode.certify.exhaustive import exact_output_distribution
 from spec_decode.core.generate import generate, planned_step
+from spec_decode.core.protocols import Plan
 from spec_decode.core.rules import exact_rule
 from spec_decode.drafting.drafters import ModelDrafter
-from spec_decode.drafting.planning import Plan
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from spec_decode.certify.reference import TV_TOLERANCE
 from spec_decode.certify.statistical import statistical_certificate
 from spec_decode.certify.zoo.trees import UnadjustedTreeDrafter, tree_without_residual_update
 from spec_decode.cli.app import app
-from spec_decode.core.generate import generate_tree
 from spec_decode.core.tree import ROOT, TokenTree, TreeShape, score_tree
 from spec_decode.core.tree_rules import verify_tree
 from spec_decode.drafting.policies import expected_tokens_per_pass
+from spec_decode.drafting.speculative import generate_tree
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter, draw_siblings
 from spec_decode.theory import (
     MAX_THEORY_BRANCHES,
@@ -417,7 +417,7 @@ def test_sibling_outcome_is_what_the_code_does(width, replacement):
             (ROOT,) * len(siblings),
             np.array([r for _, r in siblings]),
         )
-        emitted = verify_tree(np.tile(p, (len(siblings) + 1, 1)), tree, source)
+        emitted = verify_tree(np.tile(p, (len(siblings) + 1, 1)), tree, source).emitted
         return [emitted[0], len(emitted) - 1]  # the first token, and whether it was a draft
 
     enumeration = enumerate_outputs(program)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from spec_decode.core.models import Model
-from spec_decode.drafting.drafters import Drafter
+from spec_decode.core.protocols import Drafter
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from spec_decode.certify.goodness_of_fit import samples_for_power
 from spec_decode.certify.statistical import statistical_certificate
 from spec_decode.core.generate import generate
 from spec_decode.core.models import Model
+from spec_decode.core.protocols import Drafter
 from spec_decode.core.trace import Step
 from spec_decode.drafting.auto import (
     AutoPlanner,
@@ -24,7 +25,7 @@ from spec_decode.drafting.auto import (
     draft_model_can_pay,
 )
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import Drafter, ModelDrafter
+from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import estimated_alpha
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory

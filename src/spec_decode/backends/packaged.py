@@ -12,7 +12,7 @@ transformers into a plain safetensors folder (fp16 weights) plus the tokenizer, 
 directory. Dequantizing a GGUF in transformers takes minutes and ~14 GB of memory, so it is never
 done at load time. Loading the prepared folder takes 23 s for the target and 7 s for the draft
 on 2 CPU cores (measured; most of it packs the weights for the fp16/int8 CPU kernels, a form torch
-cannot save), see :mod:`spec_decode.backends.cpu_linear`.
+cannot save), see :mod:`spec_decode.backends.transformers.cpu_linear`.
 
 This module imports neither torch nor transformers at import time, so ``spec-decode models list``
 stays fast.

@@ -71,6 +71,11 @@ class PrefixCachedModel:
                 f"window of {self.context_window} tokens"
             )
 
+    def check_ids(self, ids: list[int]) -> None:
+        """Raise ``ValueError`` unless every id in ``ids`` lies in the vocabulary."""
+        if min(ids) < 0 or max(ids) >= self.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {ids}")
+
     def next_dist(self, prefix: Sequence[int]) -> np.ndarray:
         """The distribution (float64, shape (V,)) of the token after ``prefix``."""
         return self._dists(list(prefix), 1)[0]

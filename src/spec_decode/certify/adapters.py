@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from spec_decode.core.models import MarkovModel
+from spec_decode.core.protocols import Drafter
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.drafting.drafters import Drafter, ModelDrafter
+from spec_decode.drafting.drafters import ModelDrafter
 
 DrafterFunction = Callable[..., tuple[list[int], np.ndarray]]
 

@@ -42,9 +42,9 @@ from spec_decode.certify.goodness_of_fit import samples_for_power
 from spec_decode.certify.grid import AuditCase, audit_cases
 from spec_decode.certify.reference import ExactComparison
 from spec_decode.certify.statistical import POWER, StatisticalCertificate, joint_certificate
+from spec_decode.core.protocols import Drafter
 from spec_decode.core.rules import exact_rule
 from spec_decode.core.tree import TreeShape
-from spec_decode.drafting.drafters import Drafter
 
 #: Default bound on the exact TV (our own code stays below 1e-15; the margin absorbs rounding in
 #: float64 code that computes in other orders). Float32 code needs ``tolerance`` ~1e-6.

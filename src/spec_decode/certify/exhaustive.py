@@ -19,9 +19,9 @@ from spec_decode.certify.generators import Generate, chain_generator, tree_gener
 from spec_decode.certify.grid import DEFAULT_CASES, ExhaustiveCase
 from spec_decode.certify.reference import TV_TOLERANCE, ExactComparison, warped_target_joint
 from spec_decode.core.models import Model
+from spec_decode.core.protocols import KPolicy
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
-from spec_decode.drafting.policies import KPolicy
 
 
 def exact_distribution(

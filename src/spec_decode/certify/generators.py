@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from spec_decode.core.generate import generate_speculative, generate_tree
 from spec_decode.core.models import Model
+from spec_decode.core.protocols import KPolicy
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.tree import TreeShape
-from spec_decode.drafting.policies import KPolicy
+from spec_decode.drafting.speculative import generate_speculative, generate_tree
 
 #: (random source, number of tokens) -> the emitted tokens.
 Generate = Callable[[np.random.Generator | RandomSource, int], Sequence[int]]

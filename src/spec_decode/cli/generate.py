@@ -27,6 +27,7 @@ from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import MinP, Temperature, TopK, TopP, print_json
 from spec_decode.core.generate import chain_step, generate, target_step, tree_step
 from spec_decode.core.models import Model
+from spec_decode.core.protocols import Drafter, KPolicy, TreeDrafter
 from spec_decode.core.rules import exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
@@ -34,10 +35,10 @@ from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import verify_tree
 from spec_decode.drafting.auto import AutoPlanner, auto_planner, auto_step, draft_model_can_pay
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import Drafter, ModelDrafter
+from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.policies import POLICY_NAMES, KPolicy, policy_by_name
-from spec_decode.drafting.tree_drafters import ModelTreeDrafter, TreeDrafter
+from spec_decode.drafting.policies import POLICY_NAMES, policy_by_name
+from spec_decode.drafting.tree_drafters import ModelTreeDrafter
 
 if TYPE_CHECKING:
     from collections.abc import Callable

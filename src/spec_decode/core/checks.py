@@ -4,11 +4,12 @@ names the problem."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from spec_decode.core.distributions import check_distributions
+from spec_decode.core.rules import Verdict
 from spec_decode.core.tree import TokenTree
 
 
@@ -60,8 +61,17 @@ def check_scores(raw_p: np.ndarray, n_drafted: int, vocab_size: int) -> np.ndarr
     return raw_p
 
 
-def check_emitted(emitted: object, n_drafted: int, vocab_size: int) -> list[int]:
-    """A rule's output: between 1 and n_drafted + 1 token ids in the vocabulary."""
+def check_verdict(
+    result: object, n_drafted: int, vocab_size: int, kept: Callable[[list[int]], int]
+) -> Verdict:
+    """A rule's output as a :class:`~spec_decode.core.rules.Verdict`: between 1 and
+    n_drafted + 1 token ids in the vocabulary, of which at most the drafted many are accepted.
+
+    A rule that returns the tokens alone is credited with ``kept(tokens)`` accepted drafts (the
+    emitted prefix that follows the drafts).
+    """
+    verdict = result if isinstance(result, Verdict) else None
+    emitted = verdict.emitted if verdict is not None else result
     if not isinstance(emitted, Sequence) or isinstance(emitted, str):
         raise ValueError(f"rule must return a list of token ids, got {type(emitted).__name__}")
     if not 1 <= len(emitted) <= n_drafted + 1:
@@ -71,4 +81,18 @@ def check_emitted(emitted: object, n_drafted: int, vocab_size: int) -> list[int]
         )
     if any(not isinstance(t, int | np.integer) or not 0 <= t < vocab_size for t in emitted):
         raise ValueError(f"rule emitted tokens outside the vocabulary [0, {vocab_size}): {emitted}")
-    return [int(t) for t in emitted]
+    tokens = [int(t) for t in emitted]
+    accepted = verdict.accepted if verdict is not None else kept(tokens)
+    if not 0 <= accepted <= min(len(tokens), n_drafted):
+        raise ValueError(
+            f"rule accepted {accepted} drafts of {n_drafted} while emitting {len(tokens)} tokens"
+        )
+    return Verdict(tokens, accepted)
+
+
+def leading_matches(drafted: Sequence[int], emitted: Sequence[int]) -> int:
+    """The length of the common prefix of ``drafted`` and ``emitted``."""
+    for i, (d, e) in enumerate(zip(drafted, emitted, strict=False)):
+        if d != e:
+            return i
+    return min(len(drafted), len(emitted))

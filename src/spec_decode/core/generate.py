@@ -6,46 +6,46 @@ context. A step is one target pass:
 
 * :func:`chain_step` drafts up to k tokens, scores the prefix plus all of them in one pass
   (:func:`~spec_decode.core.models.score`) and lets the chain rule decide what to emit;
-  :func:`planned_step` is the same step with a
-  :class:`~spec_decode.drafting.planning.Planner` choosing the drafter as well as k (k = 0: a
-  plain target pass);
+  :func:`planned_step` is the same step with a :class:`~spec_decode.core.protocols.Planner`
+  choosing the drafter as well as k (k = 0: a plain target pass);
 * :func:`tree_step` drafts a token tree, scores every node in one pass
   (:func:`~spec_decode.core.tree.score_tree`) and lets the tree rule walk down it;
 * :func:`target_step` samples one token from the target (the reference distribution).
 
-:func:`generate_speculative`, :func:`generate_tree` and :func:`generate_autoregressive` are thin
-wrappers that build the step. Acceptance is decided in the rules (:mod:`spec_decode.core.rules`,
-:mod:`spec_decode.core.tree_rules`); randomness enters only through the
-:class:`~spec_decode.core.randomness.RandomSource` handed to them.
+:func:`generate_autoregressive` is the thin wrapper for target-only decoding; the wrappers that
+also build a default drafter (``generate_speculative``, ``generate_tree``) live one layer up, in
+:mod:`spec_decode.drafting.speculative`, since core knows drafters only by their interface
+(:mod:`spec_decode.core.protocols`). Acceptance is decided in the rules
+(:mod:`spec_decode.core.rules`, :mod:`spec_decode.core.tree_rules`); randomness enters only
+through the :class:`~spec_decode.core.randomness.RandomSource` handed to them.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from spec_decode.core.checks import (
-    check_emitted,
     check_prefix,
     check_proposal,
     check_scores,
     check_tree,
+    check_verdict,
+    leading_matches,
 )
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model, score
+from spec_decode.core.protocols import Drafter, KPolicy, Plan, Planner, TreeDrafter
 from spec_decode.core.randomness import RandomSource, as_source
-from spec_decode.core.rules import Rule, exact_rule
+from spec_decode.core.rules import Rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Step, Trace
 from spec_decode.core.tree import TokenTree, TreeShape, score_tree
-from spec_decode.core.tree_rules import TreeRule, verify_tree
-from spec_decode.drafting.drafters import Drafter, ModelDrafter
-from spec_decode.drafting.planning import ONLY, Planner, PolicyPlanner
-from spec_decode.drafting.policies import FixedK, KPolicy
-from spec_decode.drafting.tree_drafters import ModelTreeDrafter, TreeDrafter
+from spec_decode.core.tree_rules import TreeRule
 
 #: Called with each step's emitted tokens as soon as they are decided (for streaming text).
 TokenCallback = Callable[[list[int]], None]
@@ -99,6 +99,23 @@ def chain_step(
     return planned_step(target, {ONLY: drafter}, PolicyPlanner(policy), rule, sampling)
 
 
+#: The name :func:`chain_step` gives its single drafter.
+ONLY = "drafter"
+
+
+@dataclass(frozen=True)
+class PolicyPlanner:
+    """The planner of a single drafter: k from a :class:`~spec_decode.core.protocols.KPolicy`."""
+
+    policy: KPolicy
+
+    def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan:
+        k = self.policy.next_k(trace)
+        if k < 0:
+            raise ValueError(f"the k policy chose k = {k}; it must be >= 0")
+        return Plan(ONLY, min(k, k_max))
+
+
 def planned_step(
     target: Model,
     drafters: Mapping[str, Drafter],
@@ -131,11 +148,21 @@ def planned_step(
         if not drafted:  # warp the one row only: half the cost of warping a (1, V) block
             token = source.categorical(sampling.warp(raw_p[0]))
             return Step([token], target_seconds=target_s, proposals=proposals)
-        p = sampling.warp(raw_p)
-        emitted = check_emitted(rule(p, q, drafted, source), len(drafted), vocab_size)
-        accepted = leading_matches(drafted, emitted)
+        verdict = check_verdict(
+            rule(sampling.warp(raw_p), q, drafted, source),
+            len(drafted),
+            vocab_size,
+            kept=lambda emitted: leading_matches(drafted, emitted),
+        )
         return Step(
-            emitted, len(drafted), accepted, len(drafted), draft_s, target_s, name, proposals
+            verdict.emitted,
+            drafted=len(drafted),
+            accepted=verdict.accepted,
+            draft_calls=len(drafted),  # a chain drafter spends one call per drafted token
+            draft_seconds=draft_s,
+            target_seconds=target_s,
+            drafter=name,
+            proposals=proposals,
         )
 
     return step
@@ -156,8 +183,17 @@ def tree_step(
             proposed = drafter.propose_tree(context, TreeShape(shape.widths[:depth]), source)
             tree = check_tree(proposed, depth, vocab_size)
         raw_p, draft_s, target_s = _timed_scores(target, context, tree, start)
-        emitted = check_emitted(rule(sampling.warp(raw_p), tree, source), tree.depth, vocab_size)
-        return Step(emitted, tree.size, tree.kept(emitted), tree.expansions, draft_s, target_s)
+        verdict = check_verdict(
+            rule(sampling.warp(raw_p), tree, source), tree.depth, vocab_size, kept=tree.kept
+        )
+        return Step(
+            verdict.emitted,
+            drafted=tree.size,
+            accepted=verdict.accepted,
+            draft_calls=tree.expansions,
+            draft_seconds=draft_s,
+            target_seconds=target_s,
+        )
 
     return step
 
@@ -202,94 +238,6 @@ def target_step(target: Model, sampling: SamplingParams) -> StepFunction:
     return step
 
 
-def generate_speculative(
-    target: Model,
-    draft: Model | None,
-    prefix: Sequence[int],
-    n_tokens: int,
-    k: int | KPolicy,
-    rng: np.random.Generator | RandomSource,
-    *,
-    sampling: SamplingParams | None = None,
-    rule: Rule = exact_rule,
-    drafter: Drafter | None = None,
-    on_tokens: TokenCallback | None = None,
-    stop_tokens: Collection[int] = (),
-) -> Trace:
-    """Emit ``n_tokens`` tokens after ``prefix`` by speculative decoding.
-
-    Parameters
-    ----------
-    target, draft
-        The target model and the draft model; give ``draft`` or ``drafter``, not both.
-    prefix
-        The prompt: at least one token id.
-    n_tokens
-        How many tokens to emit; the last step drafts at most what is still needed.
-    k
-        The most tokens drafted per step (k >= 1), or a
-        :class:`~spec_decode.drafting.policies.KPolicy` that chooses it (k >= 0; 0 is a plain
-        target pass) before each step from the trace so far.
-    rng
-        A numpy ``Generator`` or a :class:`~spec_decode.core.randomness.RandomSource`.
-    sampling
-        Controls applied to both models' distributions; the output is distributed as sampling from
-        the target under these controls (token-identical to greedy decoding at temperature 0).
-    rule
-        The verification rule; :func:`~spec_decode.core.rules.exact_rule` by default.
-    drafter
-        Proposes the drafts; by default a :class:`~spec_decode.drafting.drafters.ModelDrafter`
-        on ``draft``.
-    on_tokens
-        Called with each step's emitted tokens, in order.
-    stop_tokens
-        End early, right after emitting any of these (such as end-of-sequence); the stop token is
-        the last one returned and nothing after it is emitted.
-    """
-    sampling = sampling or SamplingParams()
-    policy = FixedK(k) if isinstance(k, int | np.integer) else k
-    drafter = drafter or ModelDrafter(_required(draft), sampling)
-    step = chain_step(target, drafter, policy, rule, sampling)
-    return generate(
-        target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
-    )
-
-
-def generate_tree(
-    target: Model,
-    draft: Model | None,
-    prefix: Sequence[int],
-    n_tokens: int,
-    widths: Sequence[int] | TreeShape,
-    rng: np.random.Generator | RandomSource,
-    *,
-    sampling: SamplingParams | None = None,
-    replacement: bool = True,
-    rule: TreeRule = verify_tree,
-    drafter: TreeDrafter | None = None,
-    on_tokens: TokenCallback | None = None,
-    stop_tokens: Collection[int] = (),
-) -> Trace:
-    """Emit ``n_tokens`` tokens after ``prefix`` by tree speculative decoding.
-
-    ``widths`` is the tree shape, e.g. ``(3, 2, 1)``: children per node, depth by depth (see
-    :class:`~spec_decode.core.tree.TreeShape`). A step emits at most depth + 1 tokens, so when
-    fewer are still needed it drafts only the first ``remaining - 1`` depths. ``replacement``
-    says whether the default :class:`~spec_decode.drafting.tree_drafters.ModelTreeDrafter` on
-    ``draft`` draws siblings with replacement (i.i.d.) or without; a given ``drafter`` is used as
-    it is. ``rule`` is the tree verification rule
-    (:func:`~spec_decode.core.tree_rules.verify_tree` by default); the other parameters are as in
-    :func:`generate_speculative`.
-    """
-    sampling = sampling or SamplingParams()
-    shape = widths if isinstance(widths, TreeShape) else TreeShape(tuple(widths))
-    drafter = drafter or ModelTreeDrafter(_required(draft), sampling, replacement)
-    step = tree_step(target, drafter, shape, rule, sampling)
-    return generate(
-        target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
-    )
-
-
 def generate_autoregressive(
     target: Model,
     prefix: Sequence[int],
@@ -308,18 +256,3 @@ def generate_autoregressive(
     return generate(
         target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
     )
-
-
-def _required(draft: Model | None) -> Model:
-    """The draft model, needed when no drafter is given."""
-    if draft is None:
-        raise ValueError("give a draft model or a drafter")
-    return draft
-
-
-def leading_matches(drafted: Sequence[int], emitted: Sequence[int]) -> int:
-    """How many drafted tokens a step kept: the length of the common prefix."""
-    for i, (d, e) in enumerate(zip(drafted, emitted, strict=False)):
-        if d != e:
-            return i
-    return min(len(drafted), len(emitted))

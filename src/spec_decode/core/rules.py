@@ -1,14 +1,20 @@
 """Verification rules: decide which drafted tokens to keep and what to emit after them.
 
-A rule maps ``(p, q, draft_tokens, rng) -> emitted tokens``. ``p`` has shape (k+1, V): the warped
+A rule maps ``(p, q, draft_tokens, rng)`` to a :class:`Verdict`: the tokens it emits and how
+many of them are accepted drafts. ``p`` has shape (k+1, V): the warped
 target distributions at each drafted position plus the bonus position; ``q`` has shape (k, V): the
 distributions the drafter says it sampled each token from. A rule emits between 1 and k+1 tokens
 and draws randomness only through ``rng``, a :class:`~spec_decode.core.randomness.RandomSource`.
+A rule may also return the emitted tokens alone, as third-party code under audit does; the loop
+then counts the emitted prefix that equals the drafts as accepted
+(:func:`~spec_decode.core.checks.check_verdict`), which overcounts when a residual draw happens
+to equal the rejected draft (the exact rule's residual gives a rejected token probability 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -16,12 +22,21 @@ import numpy as np
 from spec_decode.core.randomness import RandomSource
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One step's decision: the ``emitted`` tokens, of which the first ``accepted`` are drafts
+    the rule kept; the token after them (a residual, bonus or fallback draw) is not counted."""
+
+    emitted: list[int]
+    accepted: int
+
+
 class Rule(Protocol):
     """The verification-rule interface."""
 
     def __call__(
         self, p: np.ndarray, q: np.ndarray, draft_tokens: Sequence[int], rng: RandomSource
-    ) -> list[int]: ...
+    ) -> Verdict | list[int]: ...
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -37,7 +52,7 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def exact_rule(
     p: np.ndarray, q: np.ndarray, draft_tokens: Sequence[int], rng: RandomSource
-) -> list[int]:
+) -> Verdict:
     """The exact rule of Leviathan et al. (2023) and Chen et al. (2023).
 
     Accept draft token x with probability min(1, p(x)/q(x)); at the first rejection emit a sample
@@ -47,8 +62,8 @@ def exact_rule(
     emitted: list[int] = []
     for position, token in enumerate(draft_tokens):
         if not rng.bernoulli(p[position, token] / q[position, token]):
-            emitted.append(rng.categorical(residual(p[position], q[position])))
-            return emitted
+            return Verdict(
+                [*emitted, rng.categorical(residual(p[position], q[position]))], position
+            )
         emitted.append(int(token))
-    emitted.append(rng.categorical(p[len(draft_tokens)]))
-    return emitted
+    return Verdict([*emitted, rng.categorical(p[len(draft_tokens)])], accepted=len(emitted))

@@ -1,6 +1,7 @@
 """Exact verification of a token tree: recursive rejection sampling (SpecInfer, SpecTr-style).
 
-A tree rule maps ``(p, tree, rng) -> emitted tokens``. ``p`` has shape (tree.size + 1, V): the
+A tree rule maps ``(p, tree, rng)`` to a :class:`~spec_decode.core.rules.Verdict` (or, for code
+under audit, the emitted tokens alone). ``p`` has shape (tree.size + 1, V): the
 warped target distribution after the prefix (row 0) and after each node's path (row i + 1).
 
 Why :func:`verify_tree` is exact. At a node with target distribution p, its children x_1..x_n are
@@ -29,17 +30,19 @@ from typing import Protocol
 import numpy as np
 
 from spec_decode.core.randomness import RandomSource
-from spec_decode.core.rules import residual
+from spec_decode.core.rules import Verdict, residual
 from spec_decode.core.tree import ROOT, TokenTree
 
 
 class TreeRule(Protocol):
     """The tree verification-rule interface."""
 
-    def __call__(self, p: np.ndarray, tree: TokenTree, rng: RandomSource) -> list[int]: ...
+    def __call__(
+        self, p: np.ndarray, tree: TokenTree, rng: RandomSource
+    ) -> Verdict | list[int]: ...
 
 
-def verify_tree(p: np.ndarray, tree: TokenTree, rng: RandomSource) -> list[int]:
+def verify_tree(p: np.ndarray, tree: TokenTree, rng: RandomSource) -> Verdict:
     """Walk down ``tree`` by recursive rejection sampling; emit 1 to depth + 1 tokens.
 
     At each node try its children in drawing order, accepting child x with probability
@@ -59,5 +62,4 @@ def verify_tree(p: np.ndarray, tree: TokenTree, rng: RandomSource) -> list[int]:
                 break
             target = residual(target, tree.q[child])
         else:
-            emitted.append(rng.categorical(target))
-            return emitted
+            return Verdict([*emitted, rng.categorical(target)], accepted=len(emitted))

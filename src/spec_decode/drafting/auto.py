@@ -37,15 +37,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spec_decode.core.generate import StepFunction, leading_matches, planned_step
+from spec_decode.core.checks import leading_matches
+from spec_decode.core.generate import StepFunction, planned_step
 from spec_decode.core.models import Model
+from spec_decode.core.protocols import DeterministicDrafter, Drafter, Plan
 from spec_decode.core.rules import Rule, exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import DeterministicDrafter, Drafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.planning import Plan
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 

@@ -1,6 +1,7 @@
 """Drafters: propose k tokens and report the distributions they were drawn from.
 
-A drafter has a ``vocab_size`` and ``propose(prefix, k, rng) -> (tokens, q)`` with ``q`` of shape
+A drafter (:class:`~spec_decode.core.protocols.Drafter`) has a ``vocab_size`` and
+``propose(prefix, k, rng) -> (tokens, q)`` with ``q`` of shape
 (len(tokens), V). It may propose fewer than ``k`` tokens (none at all means one plain target
 step). Exactness needs only that each token really was drawn from the ``q`` row reported for it;
 a deterministic drafter reports one-hot rows.
@@ -10,32 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model
+from spec_decode.core.protocols import Drafter
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.sampling import SamplingParams
-
-
-class Drafter(Protocol):
-    """The drafter interface."""
-
-    vocab_size: int
-
-    def propose(
-        self, prefix: Sequence[int], k: int, rng: RandomSource
-    ) -> tuple[list[int], np.ndarray]: ...
-
-
-class DeterministicDrafter(Drafter, Protocol):
-    """A drafter whose proposal is a function of the prefix alone (no randomness, one-hot q),
-    with ``propose_tokens(prefix, k)``: the tokens ``propose`` would give, without building q
-    (k rows of the vocabulary's size: the auto policy peeks at every such drafter each step)."""
-
-    def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]: ...
 
 
 class OneHotProposals:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
+import numpy as np
+
+from spec_decode.core.protocols import KPolicy
 from spec_decode.core.trace import Trace
 
 
@@ -39,12 +41,6 @@ def expected_speedup(alpha: float, k: int, draft_cost: float) -> float:
 def optimal_k(alpha: float, draft_cost: float, k_max: int = 64) -> int:
     """The k in 1..k_max that maximises :func:`expected_speedup`."""
     return max(range(1, k_max + 1), key=lambda k: expected_speedup(alpha, k, draft_cost))
-
-
-class KPolicy(Protocol):
-    """Chooses the number of tokens to draft next."""
-
-    def next_k(self, trace: Trace) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -170,6 +166,14 @@ class CostModelK:
             return self.initial
         alpha = estimated_alpha(trace, self.prior_alpha, self.prior_weight)
         return optimal_k(alpha, cost, self.k_max)
+
+
+def as_policy(k: int | KPolicy) -> KPolicy:
+    """The k policy that ``k`` stands for: an int k >= 1 is :class:`FixedK`, a policy is itself.
+
+    The one place where a number of drafts becomes a policy (library, CLI and engine alike).
+    """
+    return FixedK(int(k)) if isinstance(k, int | np.integer) else k
 
 
 #: The names :func:`policy_by_name` accepts.

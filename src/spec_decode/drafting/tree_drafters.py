@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -26,16 +25,6 @@ from spec_decode.core.models import Model
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import ROOT, TokenTree, TreeShape
-
-
-class TreeDrafter(Protocol):
-    """The tree-drafter interface."""
-
-    vocab_size: int
-
-    def propose_tree(self, prefix: Sequence[int], shape: TreeShape, rng: RandomSource) -> TokenTree:
-        """A tree no deeper than ``shape.depth`` below ``prefix``."""
-        ...
 
 
 def draw_siblings(

@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from spec_decode.core.generate import generate_speculative, generate_tree
 from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
 from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.policies import expected_tokens_per_pass, policy_by_name
+from spec_decode.drafting.speculative import generate_speculative, generate_tree
 from spec_decode.theory import markov_expectation, tree_markov_expectation
 
 

@@ -119,7 +119,7 @@ class LlamaCppModel(PrefixCachedModel):
         self.check_fits(len(sequence) - n_rows + 1, n_rows - 1)
         keep = self._trim(min(common_prefix(self._cached, sequence), len(sequence) - n_rows))
         new = sequence[keep:]
-        self._check_ids(new)
+        self.check_ids(new)
         first_row = len(new) - n_rows  # the first fed token whose logits are asked for
         rows = []
         for begin, end in self._chunks(len(new), first_row):
@@ -179,7 +179,7 @@ class LlamaCppModel(PrefixCachedModel):
         self.check_fits(len(prefix), len(tokens))  # every node takes a KV cell for this pass
         keep = self._trim(min(common_prefix(self._cached, prefix), len(prefix) - 1))
         new = prefix[keep:]
-        self._check_ids(new + tokens)
+        self.check_ids(new + tokens)
         for seq in range(1, n_paths + 1):
             llama_cpp.llama_memory_seq_cp(self._memory, 0, seq, -1, -1)
         every_path = tuple(range(n_paths + 1))
@@ -204,10 +204,6 @@ class LlamaCppModel(PrefixCachedModel):
                 return 0
             del self._cached[keep:]
         return len(self._cached)
-
-    def _check_ids(self, ids: list[int]) -> None:
-        if min(ids) < 0 or max(ids) >= self.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {ids}")
 
     def _put(self, i: int, token: int, position: int, seqs: Sequence[int], output: bool) -> None:
         """Write batch row ``i``: token, position, sequence ids, and whether logits come out."""

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from spec_decode.backends.cpu_linear import PackedLinear
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
+from spec_decode.backends.transformers.cpu_linear import PackedLinear
 
 #: The most the difference of two logits of one row (= of two log-probabilities) moves between a
 #: row scored in a block and the same row as target-only decoding computes it, on the CPU with
@@ -144,10 +144,6 @@ class TransformersModel(PrefixCachedModel):
         self._exact_upto = min(self._exact_upto, keep)
         return keep
 
-    def _check_ids(self, ids: list[int]) -> None:
-        if min(ids) < 0 or max(ids) >= self.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {ids}")
-
     def _forward(self, cache: DynamicCache, new: list[int], n_rows: int) -> torch.Tensor:
         """One plain causal forward call of ``new`` on ``cache``: the last ``n_rows`` logits."""
         with torch.inference_mode():
@@ -184,7 +180,7 @@ class TransformersModel(PrefixCachedModel):
         self.check_fits(len(prefix), len(tokens) if self.sliding_window else max(depths, default=0))
         keep = self._reuse(prefix, len(prefix))
         new = prefix[keep:] + tokens
-        self._check_ids(new)
+        self.check_ids(new)
         fed = len(prefix) - keep  # committed tokens fed again (at least the last one)
         visible = torch.ones(len(new), keep + len(new), dtype=torch.bool, device=self.device)
         visible[:, keep:] = torch.tril(visible[:, keep:])  # the prefix part: plain causal
@@ -225,7 +221,7 @@ class TransformersModel(PrefixCachedModel):
         self.check_fits(committed, n_rows - 1)
         keep = self._reuse(sequence, committed)
         new = sequence[keep:]
-        self._check_ids(new)
+        self.check_ids(new)
         # target-only decoding's own calls: the prompt on an empty cache, then one token per
         # call on a cache built that way; their rows are target-only's and need no re-scoring
         exact = (

@@ -1,5 +1,6 @@
 """Loading a local transformers folder onto a device in a weight format: fp16, int8 or fp32
-linear layers on the CPU (:mod:`spec_decode.backends.cpu_linear`), bf16, fp16 or fp32 on CUDA."""
+linear layers on the CPU (:mod:`spec_decode.backends.transformers.cpu_linear`), bf16, fp16 or
+fp32 on CUDA."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from spec_decode.backends.cpu_linear import pack_linears
+from spec_decode.backends.transformers.cpu_linear import pack_linears
 from spec_decode.backends.transformers.model import TransformersModel
 
 #: The devices :func:`load_model` accepts.

@@ -103,7 +103,7 @@ def bonus_from_draft(
     after a fully accepted block the next token follows the draft's (stale) view, not the target's.
     """
     if not len(draft_tokens):
-        return exact_rule(p, q, draft_tokens, rng)
+        return exact_rule(p, q, draft_tokens, rng).emitted
     return _verify(p, q, draft_tokens, rng, bonus=lambda p_bonus, rng: rng.categorical(q[-1]))
 
 
@@ -117,7 +117,7 @@ def retempered_target(
     output then follows the re-warped target, not the one the user asked for.
     """
     warp = SamplingParams(temperature=0.7).warp
-    return exact_rule(warp(p), q, draft_tokens, rng)
+    return exact_rule(warp(p), q, draft_tokens, rng).emitted
 
 
 def typical_acceptance(
@@ -195,4 +195,4 @@ def greedy_accepts_all(
     """
     if sampling.greedy:
         return [*map(int, draft_tokens), int(np.argmax(p[len(draft_tokens)]))]
-    return exact_rule(p, q, draft_tokens, rng)
+    return exact_rule(p, q, draft_tokens, rng).emitted
