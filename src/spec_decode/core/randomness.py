@@ -55,8 +55,7 @@ class NumpySource:
     def categorical(self, probs: np.ndarray) -> int:
         """Inverse-CDF sampling in two levels: u * total is located among the sums of blocks of
         :data:`CATEGORICAL_BLOCK` entries, then inside its block. Two short cumulative sums
-        instead of one over the whole row (on 151,936 tokens 0.08 ms instead of 0.5 ms: a
-        cumulative sum is sequential, a block sum is not)."""
+        instead of one over the whole row: a cumulative sum is sequential, a block sum is not."""
         probs = np.asarray(probs, dtype=np.float64)
         whole = probs.size - probs.size % CATEGORICAL_BLOCK  # entries in whole blocks
         sums = probs[:whole].reshape(-1, CATEGORICAL_BLOCK).sum(axis=1)

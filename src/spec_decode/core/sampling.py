@@ -71,8 +71,8 @@ class SamplingParams:
     def _warp_in_place(self, logits: np.ndarray) -> np.ndarray:
         """Overwrite each row of a fresh float64 array of logits with its warped probabilities.
 
-        In place because on a 151,936-token row a second large temporary costs more than the
-        arithmetic itself (1.4 ms against 0.4 ms here, from the allocator)."""
+        In place because on a large vocabulary a second large temporary costs more than the
+        arithmetic itself (in the allocator)."""
         for row in logits.reshape(-1, logits.shape[-1]):
             self._warp_row(row)
         return logits

@@ -12,9 +12,10 @@ E(a, j) = 1 + a + ... + a^j is the expected tokens of a pass that verifies j dra
 accepted with probability a (:func:`~spec_decode.drafting.policies.expected_tokens_per_pass`),
 ``cost`` the calibrated :class:`~spec_decode.drafting.costs.CostCurve`. The option with the most
 expected tokens per second wins if it beats a plain pass by ``margin``; ties go to the cheaper
-option listed first, so with no evidence of gain the policy decodes plainly. On a CPU where a
-draft token costs 0.64 of a target token and 2 tokens 1.55x of one, no acceptance rate makes the
-draft model pay, and it is never chosen.
+option listed first, so with no evidence of gain the policy decodes plainly. Where a draft token
+costs a large fraction of a target token and a 2-token pass far more than a 1-token one (a CPU),
+no acceptance rate makes the draft model pay, and it is never chosen
+(:func:`draft_model_can_pay`).
 
 Acceptance is a Beta posterior mean over the last ``memory`` steps. For the draft model it counts
 the drafts it actually had verified (:func:`~spec_decode.drafting.policies.estimated_alpha`). A
@@ -77,7 +78,7 @@ class AutoPlanner:
     margin
         Draft only when the best option's expected rate beats a plain pass by this fraction:
         estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
-        room (a 1-token draft must be accepted more than 55% of the time to break even).
+        little room to gain.
     """
 
     costs: CostCurve

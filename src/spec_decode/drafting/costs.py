@@ -1,9 +1,9 @@
 """What a step costs on one machine: a target pass by the number of tokens it scores, and a draft
 token.
 
-On a CPU, verification is compute-bound and a pass over n tokens costs far more than one token
-(llama.cpp here: 2 tokens 1.55x, 5 tokens 3.3x, 17 tokens 7.5x); on a GPU the curve is nearly flat
-up to ~16 tokens. A policy that assumes a flat curve drafts too much on a CPU, so the auto policy
+On a CPU, verification is compute-bound and a pass over n tokens costs far more than one token;
+on a GPU the curve is nearly flat for short blocks (BENCHMARKS.md, "Cost curve and block/one-token
+agreement"). A policy that assumes a flat curve drafts too much on a CPU, so the auto policy
 (:mod:`spec_decode.drafting.auto`) reads this curve, measured by
 :mod:`spec_decode.backends.calibration`.
 """

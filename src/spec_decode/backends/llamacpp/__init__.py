@@ -26,25 +26,23 @@ build). Which block sizes are bitwise equal to one-token scoring depends on two 
 which :func:`build_features` reads back from ``llama_print_system_info()``:
 
 * ``LLAMAFILE`` off and ``REPACK`` off: blocks of up to 7 tokens are bitwise equal (all CPU
-  work ~30% slower);
+  work slower);
 * ``LLAMAFILE`` off, ``REPACK`` on (``CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"``): blocks of 2-3 tokens
   are bitwise equal, one-token speed unchanged; the repacked Q4 kernels handle rows in groups of
   four, so blocks of 4 or more may differ;
 * ``LLAMAFILE`` on (the default wheel): no block size is guaranteed equal.
 
 :attr:`LlamaCppModel.exact_block_size` states that bound for the loaded library. Beyond it the
-rows differ by kernel rounding carried through every layer, which is not small: on
-Qwen2.5-Coder-1.5B Q4_K_M (``-DGGML_LLAMAFILE=OFF`` build, 2 cores), blocks of 1-3 tokens were
-bitwise equal to one-token rows, and blocks of 4-8 tokens moved log-probabilities by up to 0.68
-and rows by up to 0.08 in total variation (``bench/llamacpp_agreement.py``). The keys and values
+rows differ by kernel rounding carried through every layer, which is not small (BENCHMARKS.md,
+"Cost curve and block/one-token agreement"; ``bench/llamacpp_agreement.py``). The keys and values
 a block writes differ in the same way, so later rows inherit the difference. Speculative decoding
 therefore reproduces target-only decoding bitwise when every target pass feeds at most
 ``exact_block_size`` tokens (k + 1 for a chain, 1 + the nodes for a tree). With longer blocks
 each step is still exact for the rows the target pass returned, but those rows are not the
 one-token rows, so the output can differ from target-only decoding by about that much per token.
 (Repacking applies only to the weight formats it supports, such as Q4_0, Q4_K and IQ4_NL; float32
-weights always take the plain path.) The price of turning llamafile off is block speed: one token
-33 ms, blocks of 2, 3, 4, 5 and 8 tokens 58, 86, 94, 129 and 230 ms there.
+weights always take the plain path.) The price of turning llamafile off is block speed
+(BENCHMARKS.md).
 
 Tree scoring: :meth:`LlamaCppModel.score_tree` feeds all nodes of a token tree in ONE
 ``llama_decode``. Each root-to-leaf path is its own sequence id (1, 2, ...) sharing the cached
