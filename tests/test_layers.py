@@ -1,0 +1,76 @@
+"""The layers point one way: read every import of the package (module level and inside
+functions) and check that core imports nothing else from spec_decode and no two packages import
+each other, directly or through others."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import spec_decode
+
+PACKAGE_ROOT = Path(spec_decode.__file__).parent
+
+
+def layer_of(module: str) -> str:
+    """The subpackage (``core``, ``drafting``, ...) or top-level module a dotted name lives in."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "spec_decode"
+
+
+def imports_by_layer() -> dict[str, dict[str, list[str]]]:
+    """``{layer: {imported layer: ["file:line", ...]}}`` for every import of spec_decode."""
+    edges: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        relative = path.relative_to(PACKAGE_ROOT.parent).with_suffix("")
+        source = layer_of(".".join(relative.parts))
+        if relative.name == "__init__" and len(relative.parts) == 2:
+            source = "spec_decode"  # the package facade re-exports from every layer
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                target = layer_of(name)
+                if name.startswith("spec_decode.") and target != source:
+                    edges[source][target].append(f"{relative}:{node.lineno}")
+    return edges
+
+
+def reachable(edges: dict[str, dict[str, list[str]]], start: str) -> set[str]:
+    seen, stack = set(), [start]
+    while stack:
+        for target in edges.get(stack.pop(), {}):
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+def test_core_imports_nothing_above_it():
+    assert dict(imports_by_layer().get("core", {})) == {}
+
+
+def test_no_two_layers_import_each_other():
+    edges = imports_by_layer()
+    cycles = [
+        (source, target, where[:3])
+        for source, targets in edges.items()
+        if source != "spec_decode"
+        for target, where in targets.items()
+        if source in reachable(edges, target)
+    ]
+    assert cycles == []
+
+
+def test_importing_the_package_loads_numpy_only():
+    heavy = ("scipy", "torch", "transformers", "llama_cpp", "typer", "rich", "fastapi")
+    code = f"import sys, spec_decode; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
