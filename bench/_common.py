@@ -93,19 +93,20 @@ def load_transformers_pair() -> tuple[object, object, object, dict[str, float]]:
     and the seconds each load took."""
     from transformers.utils import logging as hf_logging
 
-    from spec_decode.backends import packaged
+    from spec_decode.backends import converted
+    from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
     from spec_decode.backends.transformers import load_model, load_tokenizer
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     seconds = {}
     start = time.perf_counter()
-    target = load_model(packaged.prepare(packaged.DEFAULT_TARGET), "fp16")
+    target = load_model(converted.prepare(DEFAULT_TARGET), "fp16")
     seconds["target (fp16)"] = time.perf_counter() - start
     start = time.perf_counter()
-    draft = load_model(packaged.prepare(packaged.DEFAULT_DRAFT), "int8")
+    draft = load_model(converted.prepare(DEFAULT_DRAFT), "int8")
     seconds["draft (int8)"] = time.perf_counter() - start
-    tokenizer = load_tokenizer(packaged.model_dir(packaged.DEFAULT_TARGET))
+    tokenizer = load_tokenizer(converted.model_dir(DEFAULT_TARGET))
     return target, draft, tokenizer, seconds
 
 

@@ -47,10 +47,11 @@ from _common import (
 )
 from prompt_sets import CATEGORIES, sample
 
-from spec_decode.backends import packaged
+from spec_decode.backends.assembly import gguf_file
 from spec_decode.backends.calibration import cost_curve
 from spec_decode.backends.llamacpp import LlamaCppModel, load_model, load_tokenizer
 from spec_decode.backends.prompts import encode_prompt
+from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.suffix import SuffixDrafter
 
@@ -119,8 +120,8 @@ def main() -> None:
         "bench/results/cpu_subset.*, the full table stays",
     )
     args = parser.parse_args()
-    target_path = packaged.gguf_file(packaged.DEFAULT_TARGET)
-    draft_path = packaged.gguf_file(packaged.DEFAULT_DRAFT)
+    target_path = gguf_file(DEFAULT_TARGET)
+    draft_path = gguf_file(DEFAULT_DRAFT)
     start = time.perf_counter()
     target = load_model(target_path, n_threads=args.threads)
     draft = load_model(draft_path, n_threads=args.threads)

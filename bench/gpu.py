@@ -69,10 +69,10 @@ from _common import (
 from prompt_sets import CATEGORIES, sample
 from real_models import CallCounter
 
-from spec_decode.backends import packaged
 from spec_decode.backends.calibration import MAX_BLOCK, cost_curve
 from spec_decode.backends.loading import check_pair, load
 from spec_decode.backends.prompts import encode_prompt
+from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from spec_decode.backends.transformers import TransformersModel
 from spec_decode.drafting.lookup import PromptLookupDrafter
 
@@ -90,10 +90,10 @@ GOAL = 2.0
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--target", default=packaged.DEFAULT_TARGET, help="packaged name or transformers folder"
+        "--target", default=DEFAULT_TARGET, help="packaged name or transformers folder"
     )
     parser.add_argument(
-        "--draft", default=packaged.DEFAULT_DRAFT, help="packaged name or transformers folder"
+        "--draft", default=DEFAULT_DRAFT, help="packaged name or transformers folder"
     )
     parser.add_argument("--device", choices=tuple(WEIGHTS), default="cuda")
     parser.add_argument(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
@@ -12,7 +11,6 @@ pytest.importorskip("transformers")
 
 from typer.testing import CliRunner
 
-from spec_decode.backends import packaged
 from spec_decode.cli.app import app
 
 
@@ -70,7 +68,7 @@ def test_generate_rejects_bad_inputs(tiny_pair, tmp_path, tiny_qwen2_folder):
     other = tiny_qwen2_folder(tmp_path / "other", seed=2, vocab=11)
     cases = {
         "vocabularies differ": ["--draft", str(other)],
-        "neither a prepared model": ["--draft", str(tmp_path / "missing")],
+        "neither a packaged model": ["--draft", str(tmp_path / "missing")],
         "context window": ["--max-new-tokens", "100"],
         "prompt is empty": ["--prompt", "", "--raw"],
     }
@@ -79,32 +77,3 @@ def test_generate_rejects_bad_inputs(tiny_pair, tmp_path, tiny_qwen2_folder):
         args += ["--max-new-tokens", "8"]
         code, output = invoke(*args, *extra)
         assert code == 2 and message in output, (message, output)
-
-
-def test_models_list_shows_the_pair(monkeypatch, tmp_path):
-    monkeypatch.setenv(packaged.CACHE_ENV, str(tmp_path))
-    code, output = invoke("models", "list")
-    assert code == 0
-    assert all(name in output for name in packaged.PREPARED)
-
-
-def test_assembly_checks_the_sha256(monkeypatch, tmp_path):
-    parts = [tmp_path / "a.bin", tmp_path / "b.bin"]
-    parts[0].write_bytes(b"GGUF" + b"\0" * 100)
-    parts[1].write_bytes(b"\1" * 50)
-    data = b"".join(p.read_bytes() for p in parts)
-    digest = hashlib.sha256(data).hexdigest()
-    good = packaged.PreparedSpec("t", "-", "none-", 2, "0", len(data), digest)
-    monkeypatch.setattr(packaged, "part_files", lambda spec: parts)
-    packaged.assemble_gguf(good, tmp_path / "ok.gguf")
-    assert (tmp_path / "ok.gguf").read_bytes() == data
-    bad = packaged.PreparedSpec("t", "-", "none-", 2, "0", len(data), "0" * 64)
-    with pytest.raises(ValueError, match="sha256"):
-        packaged.assemble_gguf(bad, tmp_path / "bad.gguf")
-    assert not (tmp_path / "bad.gguf").exists()
-
-
-def test_missing_part_wheel_is_a_clear_error():
-    spec = packaged.PreparedSpec("t", "-", "spec-decode-no-such-part-", 1, "0", 1, "0" * 64)
-    with pytest.raises(FileNotFoundError, match="not installed"):
-        packaged.part_files(spec)

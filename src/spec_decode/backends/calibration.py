@@ -10,7 +10,7 @@ sizes interleaved over ``repetitions`` rounds, median per size. A draft token co
 pass of the draft model. About 3 s for the 1.5B target on this CPU, under a second for the draft.
 
 Results are cached as JSON under the user cache directory (``$SPEC_DECODE_CACHE/calibration`` or
-the platform's, next to the prepared models), one file per model, keyed by backend, model path and
+the platform's, beside the models), one file per model, keyed by backend, model path and
 size on disk, thread count, device and weight formats, so a different build, machine setting or
 model file is measured afresh; ``recalibrate`` measures again regardless.
 """
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spec_decode.backends.packaged import cache_root
+from spec_decode.backends.cache import calibration_root
 from spec_decode.core.models import Model, score
 from spec_decode.drafting.costs import CostCurve
 
@@ -166,7 +166,7 @@ def cost_curve(
 def calibration_file(key: dict[str, object]) -> Path:
     """Where the calibration of the model with this key is cached."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return cache_root() / "calibration" / f"{digest}.json"
+    return calibration_root() / f"{digest}.json"
 
 
 def _size_on_disk(location: Path) -> int | None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spec_decode.backends import packaged
+from spec_decode.backends import assembly, converted
+from spec_decode.backends.registry import PREPARED
 
 BACKENDS = ("llama.cpp", "transformers")
 
@@ -38,7 +39,7 @@ def choose_backend(requested: str, target: str) -> str:
             raise ValueError(f"unknown backend {requested!r}; choose auto, {', '.join(BACKENDS)}")
         return requested
     has_llama = importlib.util.find_spec("llama_cpp") is not None
-    if target.endswith(".gguf") or (target in packaged.PREPARED and has_llama):
+    if target.endswith(".gguf") or (target in PREPARED and has_llama):
         return "llama.cpp"
     return "transformers"
 
@@ -82,11 +83,11 @@ def check_pair(target: Loaded, draft: Loaded) -> None:
 
 def resolve_gguf(name_or_path: str) -> Path:
     """The GGUF file of a packaged model name (assembled on first use) or a path."""
-    if name_or_path in packaged.PREPARED:
-        return packaged.gguf_file(name_or_path)
+    if name_or_path in PREPARED:
+        return assembly.gguf_file(name_or_path)
     path = Path(name_or_path).expanduser()
     if not path.is_file():
-        known = ", ".join(packaged.PREPARED)
+        known = ", ".join(PREPARED)
         raise FileNotFoundError(
             f"model {name_or_path!r} is neither a packaged model ({known}) nor a GGUF file"
         )
@@ -96,15 +97,14 @@ def resolve_gguf(name_or_path: str) -> Path:
 def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
     from spec_decode.backends.llamacpp import load_model, load_tokenizer
 
-    path = resolve_gguf(name_or_path)
     start = time.perf_counter()
-    model = load_model(path, n_threads=threads)
+    model = load_model(resolve_gguf(name_or_path), n_threads=threads)
     tokenizer = load_tokenizer(model)
     return Loaded("llama.cpp", model, tokenizer, tokenizer.eog_ids, time.perf_counter() - start)
 
 
 def _load_transformers(name_or_path: str, weights: str, device: str) -> Loaded:
-    folder = packaged.resolve(name_or_path)  # a missing folder fails before torch is imported
+    folder = converted.resolve(name_or_path)  # a missing folder fails before torch is imported
     from transformers.utils import logging as hf_logging
 
     from spec_decode.backends.transformers import load_model, load_tokenizer

@@ -15,9 +15,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spec_decode.backends import packaged
 from spec_decode.backends.calibration import cost_curve
 from spec_decode.backends.loading import choose_backend, load
+from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from spec_decode.cli.options import print_json
 from spec_decode.drafting.costs import CostCurve
 
@@ -27,10 +27,10 @@ console = Console(stderr=True)
 def calibrate_command(
     target: Annotated[
         str, typer.Option(help="Packaged model name, a GGUF file or a transformers folder.")
-    ] = packaged.DEFAULT_TARGET,
+    ] = DEFAULT_TARGET,
     draft: Annotated[
         str, typer.Option(help="The draft model likewise, or 'none' to time the target alone.")
-    ] = packaged.DEFAULT_DRAFT,
+    ] = DEFAULT_DRAFT,
     backend: Annotated[
         str, typer.Option(help="auto, llama.cpp or transformers (as for generate).")
     ] = "auto",

@@ -19,10 +19,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spec_decode.backends import packaged
 from spec_decode.backends.calibration import cached_seconds, cost_curve, identity
 from spec_decode.backends.loading import Loaded, check_pair, choose_backend, load, resolve_gguf
 from spec_decode.backends.prompts import Tokenizer, encode_prompt
+from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
 from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import MinP, Temperature, TopK, TopP, print_json
 from spec_decode.core.generate import chain_step, generate, target_step, tree_step
@@ -130,14 +130,14 @@ def generate_command(
     target: Annotated[
         str,
         typer.Option(help="Packaged model name, a GGUF file (llama.cpp) or a transformers folder."),
-    ] = packaged.DEFAULT_TARGET,
+    ] = DEFAULT_TARGET,
     draft: Annotated[
         str,
         typer.Option(
             help="Packaged model name, GGUF file or transformers folder, or 'lookup' (prompt "
             "lookup: drafts copied from the prompt and output, no draft model)."
         ),
-    ] = packaged.DEFAULT_DRAFT,
+    ] = DEFAULT_DRAFT,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
     k: Annotated[
         int, typer.Option("--k", min=1, help="Tokens drafted per step (auto: the most).")
@@ -305,7 +305,7 @@ def _load(
     backend: str, name_or_path: str, weights: str, threads: int | None, device: str
 ) -> Loaded:
     """Load one model, preparing a packaged one for transformers with a progress bar first."""
-    if backend == "transformers" and name_or_path in packaged.PREPARED:
+    if backend == "transformers" and name_or_path in PREPARED:
         prepare_with_bar(name_or_path)
     return load(backend, name_or_path, weights=weights, threads=threads, device=device)
 
