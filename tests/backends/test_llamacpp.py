@@ -9,6 +9,7 @@ bitwise up to the block size the backend states for this build (``exact_block_si
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -372,3 +373,21 @@ def test_blocks_are_fed_in_calls_the_build_scores_bitwise(target, monkeypatch):
     assert target._chunks(4, 1) == [(0, 3), (3, 4)]  # 2 uncached committed tokens + 2 drafts
     monkeypatch.setattr(target, "exact_blocks", False)
     assert target._chunks(12, 8) == [(0, 12)]
+
+
+def test_a_file_truncated_or_overwritten_under_a_loaded_model_changes_nothing(
+    gguf_files, target, tmp_path
+):
+    """Weights are read into memory, not mapped: a mapped file truncated under a running model
+    kills the process with SIGBUS, and one overwritten in place changes its weights silently."""
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(gguf_files["target"].read_bytes())
+    model = load_model(copy, n_threads=1)
+    size = copy.stat().st_size
+    with copy.open("r+b") as f:  # same size, every byte after the header overwritten
+        f.seek(4096)
+        f.write(b"\x7f" * (size - 4096))
+    os.truncate(copy, 100)
+    prefix, block = [1, 4, 5], [4, 4, 5]
+    target.reset()
+    assert np.array_equal(model.score(prefix, block), target.score(prefix, block))

@@ -1,9 +1,15 @@
 """Load a model and its tokenizer on the chosen backend, by packaged name or local path.
 
-Two backends serve real models: llama.cpp (``[llama]`` extra; memory-maps a GGUF as shipped, the
+Two backends serve real models: llama.cpp (``[llama]`` extra; runs a GGUF as shipped, the
 default for the packaged Qwen pair and any ``.gguf`` file) and transformers (``[hf]`` extra; any
 local transformers folder, or the packaged pair converted once by ``models prepare``). Heavy
 imports happen inside the functions, so choosing a backend costs nothing until it is used.
+
+A packaged model's file is verified before it is read (:mod:`spec_decode.backends.assembly`), and
+llama.cpp reads it into memory rather than mapping it (:class:`LlamaCppModel`'s ``mmap``): a
+mapped file that is truncated or overwritten while a run uses it kills the process (SIGBUS) or
+silently changes its weights, whereas weights read into memory cannot change under the run. If
+the file changed while it was being read, it is verified (re-assembled) and read once more.
 """
 
 from __future__ import annotations
@@ -99,6 +105,14 @@ def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
 
     start = time.perf_counter()
     model = load_model(resolve_gguf(name_or_path), n_threads=threads)
+    if name_or_path in PREPARED and not assembly.is_verified(name_or_path):
+        model.close()  # the file changed while it was read: verify it again, read it again
+        model = load_model(resolve_gguf(name_or_path), n_threads=threads)
+        if not assembly.is_verified(name_or_path):
+            raise ValueError(
+                f"{name_or_path}: {assembly.gguf_path(name_or_path)} keeps changing while it is "
+                "read; stop whatever writes to it, then run: spec-decode models verify"
+            )
     tokenizer = load_tokenizer(model)
     return Loaded("llama.cpp", model, tokenizer, tokenizer.eog_ids, time.perf_counter() - start)
 

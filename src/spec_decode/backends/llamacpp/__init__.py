@@ -1,6 +1,7 @@
 """A GGUF model run by llama.cpp behind the :class:`spec_decode.models.Model` interface.
 
-The model file is memory-mapped as it is (quantized weights included, no conversion) and driven
+The model file is read as it is (quantized weights included, no conversion; into memory rather
+than memory-mapped, so a change to the file cannot reach a running model) and driven
 through llama-cpp-python's low-level C API (``llama_decode`` on a ``llama_batch``), not its
 high-level ``Llama`` class, so every call costs exactly one ``llama_decode`` plus the softmax.
 

@@ -25,7 +25,7 @@ class LlamaCppModel(PrefixCachedModel):
     Parameters
     ----------
     path
-        A GGUF file, memory-mapped as is.
+        A GGUF file, used as is (quantized weights, no conversion).
     n_threads
         CPU threads for one-token and batch decoding (default: every core this process may use).
     n_ctx
@@ -37,6 +37,11 @@ class LlamaCppModel(PrefixCachedModel):
         bitwise the one-token score (see :meth:`_chunks`); off, a block is one call.
     verbose
         Let llama.cpp print its load and timing logs.
+    mmap
+        Memory-map the file instead of reading it into memory. Faster to load and shares the
+        page cache, but the weights are then the file's current bytes: a file truncated while
+        the model runs kills the process with SIGBUS, and one overwritten in place changes the
+        weights mid-run with no error. Off, the weights are a private copy made at load time.
     """
 
     def __init__(
@@ -47,6 +52,7 @@ class LlamaCppModel(PrefixCachedModel):
         max_tree_leaves: int = DEFAULT_TREE_LEAVES,
         exact_blocks: bool = True,
         verbose: bool = False,
+        mmap: bool = False,
     ) -> None:
         file = Path(path).expanduser()
         if not file.is_file():
@@ -54,7 +60,9 @@ class LlamaCppModel(PrefixCachedModel):
         init_backend(verbose)
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0
-        model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
+        model_params.load_mode = (
+            llama_cpp.LLAMA_LOAD_MODE_MMAP if mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
+        )
         self._model = llama_cpp.llama_model_load_from_file(str(file).encode(), model_params)
         if not self._model:
             raise ValueError(f"llama.cpp could not load {file} as a GGUF model")
@@ -266,7 +274,8 @@ def default_threads() -> int:
 
 
 def load_model(
-    path: str | Path, n_threads: int | None = None, n_ctx: int | None = None
+    path: str | Path, n_threads: int | None = None, n_ctx: int | None = None, mmap: bool = False
 ) -> LlamaCppModel:
-    """Memory-map a GGUF file for CPU inference (see :class:`LlamaCppModel`)."""
-    return LlamaCppModel(path, n_threads=n_threads, n_ctx=n_ctx)
+    """Load a GGUF file for CPU inference, read into memory unless ``mmap`` (see
+    :class:`LlamaCppModel`)."""
+    return LlamaCppModel(path, n_threads=n_threads, n_ctx=n_ctx, mmap=mmap)
