@@ -1,5 +1,6 @@
-"""Calibration: what is measured, how it is cached and keyed, the cost curve's interpolation, and
-the transformers backend on CUDA (skipped without a GPU). No test asserts a timing."""
+"""Calibration: what is measured, how it is cached and keyed, how a malformed, noisy or stale
+entry is caught, the cost curve's interpolation, and the transformers backend on CUDA (skipped
+without a GPU). No test asserts a timing: the toy models advance a simulated clock."""
 
 from __future__ import annotations
 
@@ -13,12 +14,29 @@ from spec_decode.backends import calibration
 from spec_decode.drafting.costs import CostCurve
 
 
-class CountingModel:
-    """A toy model with a path and thread count, counting the tokens of every scoring call."""
+class Clock:
+    """A simulated clock: the models below advance it by what each call "costs"."""
 
-    def __init__(self, path, threads: int = 2) -> None:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = Clock()
+
+
+class CountingModel:
+    """A toy model with a path and thread count, counting the tokens of every scoring call; a
+    call scoring n tokens takes ``per_token * n`` simulated seconds, plus the next of ``delays``
+    (other work on the machine) while any are left."""
+
+    def __init__(self, path, threads: int = 2, per_token: float = 0.01) -> None:
         self.inner = random_markov(8, seed=0)
         self.vocab_size, self.path, self.n_threads = 8, path, threads
+        self.per_token = per_token
+        self.delays: list[float] = []
         self.blocks: list[int] = []
         self.resets = 0
 
@@ -30,6 +48,7 @@ class CountingModel:
 
     def score(self, prefix, tokens):
         self.blocks.append(len(tokens) + 1)
+        CLOCK.now += self.per_token * (len(tokens) + 1) + (self.delays.pop(0) if self.delays else 0)
         return np.array(
             [self.inner.next_dist([*prefix, *tokens[:i]]) for i in range(len(tokens) + 1)]
         )
@@ -38,6 +57,7 @@ class CountingModel:
 @pytest.fixture
 def model(tmp_path, monkeypatch):
     monkeypatch.setenv("SPEC_DECODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(calibration, "_clock", CLOCK)
     weights = tmp_path / "model.gguf"
     weights.write_bytes(b"0123")
     return CountingModel(weights)
@@ -120,6 +140,151 @@ def test_bad_arguments_are_refused(model, max_block, repetitions):
         calibration.measure_passes(model, max_block, repetitions)
 
 
+# ---- entries that are malformed, noisy or stale -------------------------------------------------
+
+MALFORMED = {
+    "a list": "[0.03, 0.05]",
+    "null": "null",
+    "a number": "3.16",
+    "a string": '"fast"',
+    "not JSON": "{not json",
+    "not UTF-8": b"\xff\xfe",
+    "no seconds": {"seconds": None},
+    "no identity": {"identity": None},
+    "an old format": {"format": 1},
+    "seconds not a list": {"seconds": 0.03},
+    "no seconds at all": {"seconds": []},
+    "NaN": {"seconds": [float("nan")] * 17},
+    "inf": {"seconds": [float("inf")] * 17},
+    "negative": {"seconds": [-1.0] * 17},
+    "zero": {"seconds": [0.0] * 17},
+    "a string time": {"seconds": ["0.03"] * 17},
+    "a boolean time": {"seconds": [True] * 17},
+    "a directory": None,
+}
+
+
+def write_entry(file, key, case):
+    """Put the malformed entry ``case`` where the calibration of ``key`` is cached."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    if case is None:
+        file.mkdir()
+        (file / "inside").write_text("x")
+    elif isinstance(case, bytes):
+        file.write_bytes(case)
+    elif isinstance(case, str):
+        file.write_text(case)
+    else:
+        entry = {"format": calibration._FORMAT, "identity": key, "seconds": [0.01] * 17}
+        entry.update(case)
+        entry = {k: v for k, v in entry.items() if v is not None}
+        file.write_text(json.dumps(entry))
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_entry_is_named_and_measured_again(model, tmp_path, caplog, role, case):
+    weights = tmp_path / "draft.gguf"
+    weights.write_bytes(b"01")
+    draft = CountingModel(weights, per_token=0.004)
+    broken = model if role == "target" else draft
+    key = calibration.model_identity("llama.cpp", broken)
+    file = calibration.calibration_file(key)
+    write_entry(file, key, MALFORMED[case])
+    assert calibration.cached_seconds(key) is None
+    assert f"calibration {file} " in caplog.text and "measuring it again" in caplog.text
+    assert "NoneType" not in caplog.text and "float" not in caplog.text
+    curve = calibration.cost_curve("llama.cpp", model, draft)
+    assert curve.draft_seconds == pytest.approx(0.004) and curve.target(1) == pytest.approx(0.01)
+    stored = json.loads(file.read_text())
+    assert stored["identity"] == key and all(s > 0 for s in stored["seconds"])
+    assert not [p for p in file.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_malformed_draft_entry_means_load_the_draft(model):
+    """Before loading a draft, a corrupt cached cost is no reason to skip it (it used to be
+    taken at face value: "it cannot pay")."""
+    curve = CostCurve.from_passes([0.03, 0.05])
+    key = calibration.identity("llama.cpp", model.path, 2)
+    file = calibration.calibration_file(key)
+    for case in ("negative", "NaN", "a list"):
+        write_entry(file, key, MALFORMED[case])
+        assert calibration.cached_draft_seconds(key, curve) is None
+    write_entry(file.with_suffix(".x"), key, {"seconds": [0.01]})
+    file.with_suffix(".x").replace(file)
+    assert calibration.cached_draft_seconds(key, curve) == 0.01
+
+
+def test_a_draft_cost_above_a_target_pass_is_not_believed_before_loading(model):
+    """3.16 s a draft token, cached while the machine was busy, would keep the draft from ever
+    being loaded (and so measured) again."""
+    curve = CostCurve.from_passes([0.03, 0.05])
+    key = calibration.identity("llama.cpp", model.path, 2)
+    write_entry(calibration.calibration_file(key), key, {"seconds": [3.16]})
+    assert calibration.cached_draft_seconds(key, curve) is None
+
+
+def test_a_noisy_measurement_is_repeated(model, caplog):
+    # the first attempt (a warm-up, then 3 rounds of 17 sizes): two of its rounds disturbed
+    model.delays = [0.0] + [0.05] * 34 + [0.0] * 17
+    seconds, cached = calibration.pass_seconds("llama.cpp", model)
+    assert not cached and seconds[0] == pytest.approx(0.01)  # the quiet second attempt
+    assert len(model.blocks) == 2 * (1 + 3 * 17) and "busy" not in caplog.text
+    stored = json.loads(calibration.calibration_file(model_key(model)).read_text())
+    assert stored["spread"] == 0
+
+
+def test_a_uniformly_slower_machine_is_not_noise(model):
+    """Every call slower by the same amount is a steady machine (a stale cache is caught by
+    the check on use instead)."""
+    model.delays = [0.05] * 1000
+    calibration.pass_seconds("llama.cpp", model, max_block=4)
+    assert len(model.blocks) == 1 + 3 * 4
+
+
+def test_a_measurement_that_never_settles_is_kept_with_a_warning(model, caplog):
+    model.delays = [0.05, 0.05, 0.0] * 1000  # two calls in three disturbed, in every attempt
+    calibration.pass_seconds("llama.cpp", model, max_block=4)
+    assert len(model.blocks) == calibration.ATTEMPTS * (1 + 3 * 4)
+    assert "busy" in caplog.text and calibration.FIX in caplog.text
+
+
+def test_a_stale_entry_is_not_replaced_by_a_disturbed_measurement(model, caplog):
+    key = model_key(model)
+    file = calibration.calibration_file(key)
+    write_entry(file, key, {"seconds": [0.001] * 17})  # quiet then, 10x slower now
+    model.delays = [0.0] * 3 + [0.05, 0.05, 0.0] * 1000  # the check, then every attempt busy
+    seconds, cached = calibration.pass_seconds("llama.cpp", model)
+    assert not cached and seconds[0] > 0.001 and "stale" in caplog.text and "busy" in caplog.text
+    assert json.loads(file.read_text())["seconds"] == [0.001] * 17
+
+
+def model_key(model):
+    return calibration.model_identity("llama.cpp", model)
+
+
+@pytest.mark.parametrize(("cached", "stale"), [(0.01, False), (0.02, False), (3.16, True)])
+def test_a_cached_curve_is_checked_against_a_pass_timed_now(model, caplog, cached, stale):
+    key = model_key(model)
+    write_entry(calibration.calibration_file(key), key, {"seconds": [cached] * 17})
+    seconds, from_cache = calibration.pass_seconds("llama.cpp", model)
+    assert from_cache is not stale and ("stale" in caplog.text) is stale
+    assert seconds[0] == pytest.approx(0.01 if stale else cached)
+    timed = len(model.blocks)
+    calibration.pass_seconds("llama.cpp", model)  # once per process: no second check
+    assert len(model.blocks) == timed
+
+
+def test_revalidate_names_what_disagrees_and_the_fix():
+    curve = CostCurve.from_passes([0.03, 0.05], 0.015)
+    assert calibration.revalidate(curve, 0.035, 0.012) is None
+    message = calibration.revalidate(curve, 0.035, 3.16)
+    assert "draft token takes 3160.0 ms now, 15.0 ms" in message
+    assert message.endswith("spec-decode calibrate --recalibrate")
+    assert "target pass" in calibration.revalidate(curve, 0.2)
+    assert calibration.disagrees(0.03, float("nan")) and calibration.disagrees(0.03, 0.0)
+
+
 # ---- the cost curve ----------------------------------------------------------------------------
 
 
@@ -196,7 +361,10 @@ def test_a_context_window_too_short_for_the_blocks_is_refused(model):
 # ---- the command line --------------------------------------------------------------------------
 
 
-def test_calibrate_command_prints_caches_and_plots(tmp_path, monkeypatch, tiny_qwen2_folder):
+@pytest.mark.slow  # loads tiny transformers models
+def test_calibrate_command_prints_caches_and_plots(
+    tmp_path, monkeypatch, tiny_qwen2_folder, caplog
+):
     pytest.importorskip("transformers")
     from typer.testing import CliRunner
 
@@ -212,7 +380,15 @@ def test_calibrate_command_prints_caches_and_plots(tmp_path, monkeypatch, tiny_q
     assert payload["backend"] == "transformers" and payload["block_sizes"] == list(range(1, 18))
     assert payload["relative"][0] == 1.0 and payload["draft_ms_per_token"] > 0
     assert (tmp_path / "curve.png").stat().st_size > 0
-    assert len(list((tmp_path / "cache" / "calibration").glob("*.json"))) == 2
+    files = sorted((tmp_path / "cache" / "calibration").glob("*.json"))
+    assert len(files) == 2
+    for file, junk in zip(files, ("null", "[1, 2]"), strict=True):
+        file.write_text(junk)
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "Traceback" not in again.output
+    assert f"calibration {files[0]} holds a JSON null, not an object" in caplog.text
+    assert f"calibration {files[1]} holds a JSON list, not an object" in caplog.text
+    assert all(isinstance(json.loads(file.read_text()), dict) for file in files)
     again = CliRunner().invoke(app, ["calibrate", "--target", target, "--draft", "none"])
     assert again.exit_code == 0 and "x one token" in again.stdout
     missing = CliRunner().invoke(app, ["calibrate", "--target", str(tmp_path / "nothing")])

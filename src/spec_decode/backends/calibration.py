@@ -10,21 +10,40 @@ sizes interleaved over ``repetitions`` rounds, median per size. A draft token co
 pass of the draft model. About 3 s for the 1.5B target on this CPU, under a second for the draft.
 
 Results are cached as JSON under the user cache directory (``$SPEC_DECODE_CACHE/calibration`` or
-the platform's, beside the models), one file per model, keyed by backend, model path and
-size on disk, thread count, device and weight formats, so a different build, machine setting or
-model file is measured afresh; ``recalibrate`` measures again regardless.
+the platform's, beside the models), one file per model, keyed by backend, model path and size on
+disk, thread count, device and weight formats, so a different build, machine setting or model
+file is measured afresh; ``recalibrate`` measures again regardless.
+
+A curve decides every step of every later run, so it is never trusted blindly:
+
+* Written atomically (a unique temporary file renamed into place), so no reader sees half of it.
+* Read strictly: an entry that is not a JSON object with the expected keys, or whose times are
+  not finite positive numbers, or a directory in the file's place, is reported by name (a
+  warning on the ``spec_decode.backends.calibration`` logger) and measured again.
+* Checked for noise when measured: if the median repetition is more than :data:`NOISY_SPREAD`
+  above the fastest (the median over block lengths), other work disturbed the timing, so it is
+  measured again (up to :data:`ATTEMPTS` times, keeping the quietest) and a warning names
+  ``spec-decode calibrate --recalibrate`` if it never settles.
+* Re-validated on use, cheaply: before a cached curve is used, one-token passes are timed
+  (:func:`time_one_token`, a few passes); one that disagrees with the cache by more than
+  :data:`STALE_FACTOR` either way means the cache is stale (measured while the machine was busy,
+  or before it changed), and the model is measured again. :func:`revalidate` is the same check
+  for a caller that times its own passes (a server's warm-up).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
+import shutil
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from spec_decode.backends.cache import calibration_root
+from spec_decode.backends.cache import atomic_write_text, calibration_root
 from spec_decode.core.models import Model, score
 from spec_decode.drafting.costs import CostCurve
 
@@ -32,7 +51,24 @@ from spec_decode.drafting.costs import CostCurve
 MAX_BLOCK = 17
 #: The committed context the timed passes extend (long enough to look like a real prompt).
 CONTEXT = 64
+#: A measurement whose median repetition exceeds its fastest by more than this fraction (median
+#: over block lengths) was disturbed by other work.
+NOISY_SPREAD = 0.25
+#: How many times a disturbed measurement is repeated before it is kept with a warning.
+ATTEMPTS = 3
+#: A one-token pass timed now that is this many times slower or faster than the cached one
+#: means the cached curve is stale.
+STALE_FACTOR = 3.0
+#: The command that measures a curve again.
+FIX = "spec-decode calibrate --recalibrate"
 _FORMAT = 2  # 2: the key names the weight formats
+
+_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+_JSON_TYPES[type(None)] = "null"
+
+log = logging.getLogger(__name__)
+_clock = time.perf_counter  # the clock every timing reads (tests substitute a simulated one)
+_revalidated: set[Path] = set()  # cache files already checked against a timed pass here
 
 
 def measure_passes(model: Model, max_block: int = MAX_BLOCK, repetitions: int = 3) -> list[float]:
@@ -41,6 +77,81 @@ def measure_passes(model: Model, max_block: int = MAX_BLOCK, repetitions: int = 
     The model's cache (if it has ``reset``) is cleared first and filled with a fixed context
     of :data:`CONTEXT` token ids (fewer if the context window is short), untimed.
     """
+    return [statistics.median(t) for t in _time_passes(model, max_block, repetitions)]
+
+
+def spread(times: list[list[float]]) -> float:
+    """How disturbed a measurement was: the median over block lengths of (median repetition /
+    fastest repetition - 1); 0 for a perfectly steady machine."""
+    return statistics.median(_excess(t) for t in times)
+
+
+def measure_quietly(
+    model: Model, max_block: int = MAX_BLOCK, repetitions: int = 3, attempts: int = ATTEMPTS
+) -> tuple[list[float], float]:
+    """:func:`measure_passes`, repeated (up to ``attempts`` times) while its :func:`spread` is
+    above :data:`NOISY_SPREAD`; the quietest attempt's medians and its spread."""
+    best: tuple[list[float], float] | None = None
+    for _ in range(max(attempts, 1)):
+        times = _time_passes(model, max_block, repetitions)
+        noise = spread(times)
+        if best is None or noise < best[1]:
+            best = ([statistics.median(t) for t in times], noise)
+        if noise <= NOISY_SPREAD:
+            break
+    assert best is not None
+    return best
+
+
+def time_one_token(model: Model, repeats: int = 2) -> float:
+    """Seconds of a one-token pass on a warm cache (the fastest of ``repeats``), the cheap check
+    of a cached curve; the model's cache is reset before and after."""
+    ids = [(17 + 31 * i) % model.vocab_size for i in range(2 + repeats)]
+    _reset(model)
+    score(model, ids[:2], [])  # untimed: the context, and the first call's own start-up
+    best = math.inf
+    for i in range(repeats):
+        start = _clock()
+        score(model, ids[: 3 + i], [])  # the cache covers ids[: 2 + i]: one new token is fed
+        best = min(best, _clock() - start)
+    _reset(model)
+    return best
+
+
+def disagrees(cached_seconds: float, measured_seconds: float, factor: float = STALE_FACTOR) -> bool:
+    """Whether a time measured now is more than ``factor`` times off the cached one."""
+    if not (measured_seconds > 0 and cached_seconds > 0):
+        return True
+    return not 1 / factor <= measured_seconds / cached_seconds <= factor
+
+
+def revalidate(
+    curve: CostCurve,
+    one_token_seconds: float,
+    draft_token_seconds: float | None = None,
+    factor: float = STALE_FACTOR,
+) -> str | None:
+    """None when passes timed now agree with ``curve`` (within ``factor``); otherwise what
+    disagrees and the command that measures the curve again."""
+    problems = []
+    if disagrees(curve.target(1), one_token_seconds, factor):
+        problems.append(
+            f"a target pass takes {1e3 * one_token_seconds:.1f} ms now, "
+            f"{1e3 * curve.target(1):.1f} ms in the calibration"
+        )
+    draft = curve.draft_seconds
+    now = draft_token_seconds
+    if now is not None and draft is not None and disagrees(draft, now, factor):
+        problems.append(
+            f"a draft token takes {1e3 * now:.1f} ms now, {1e3 * draft:.1f} ms in the calibration"
+        )
+    if not problems:
+        return None
+    return f"the cached cost curve is stale ({'; '.join(problems)}); run: {FIX}"
+
+
+def _time_passes(model: Model, max_block: int, repetitions: int) -> list[list[float]]:
+    """Seconds of every repetition of a pass scoring n tokens, for n = 1..``max_block``."""
     if max_block < 1 or repetitions < 1:
         raise ValueError(
             f"need max_block >= 1 and repetitions >= 1, got {max_block}, {repetitions}"
@@ -52,17 +163,26 @@ def measure_passes(model: Model, max_block: int = MAX_BLOCK, repetitions: int = 
         )
     ids = [(17 + 31 * i) % model.vocab_size for i in range(context + max_block)]
     prefix, extra = ids[:context], ids[context:]
-    reset = getattr(model, "reset", None)
-    if reset is not None:
-        reset()
+    _reset(model)
     score(model, prefix, [])  # untimed: reads the context into the cache, pages weights in
     times: list[list[float]] = [[] for _ in range(max_block)]
     for _ in range(repetitions):
         for n in range(1, max_block + 1):
-            start = time.perf_counter()
+            start = _clock()
             score(model, prefix, extra[: n - 1])
-            times[n - 1].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+            times[n - 1].append(_clock() - start)
+    return times
+
+
+def _excess(repetitions: list[float]) -> float:
+    fastest = min(repetitions)
+    return statistics.median(repetitions) / fastest - 1 if fastest > 0 else 0.0
+
+
+def _reset(model: Model) -> None:
+    reset = getattr(model, "reset", None)
+    if reset is not None:
+        reset()
 
 
 def model_identity(backend: str, model: Any) -> dict[str, object]:
@@ -111,19 +231,25 @@ def identity(
 
 
 def cached_seconds(key: dict[str, object], max_block: int = 1) -> list[float] | None:
-    """The cached pass times for n = 1..``max_block`` of the model with this key, or None."""
+    """The cached pass times for n = 1..``max_block`` of the model with this key, or None when
+    there are none, fewer sizes than asked, or the entry is malformed (reported by name)."""
     file = calibration_file(key)
-    if not file.is_file():
+    seconds = _read_entry(file, key)
+    if seconds is None or len(seconds) < max_block:
         return None
-    try:
-        stored = json.loads(file.read_text())
-        if stored.get("format") == _FORMAT and stored.get("identity") == key:
-            seconds = [float(s) for s in stored["seconds"]]
-            if len(seconds) >= max_block:
-                return seconds[:max_block]
-    except (ValueError, KeyError, TypeError):
-        pass  # an unreadable entry is measured again and overwritten
-    return None
+    return seconds[:max_block]
+
+
+def cached_draft_seconds(key: dict[str, object], curve: CostCurve) -> float | None:
+    """The cached cost of a draft token, judged before the draft is loaded, or None (load it
+    and measure). A draft that costs more than a one-token target pass is not believed: a draft
+    is the smaller model, and such a figure is what a busy machine leaves behind, which the
+    auto policy would otherwise take as a reason never to load the draft, and so never to
+    measure it again."""
+    seconds = cached_seconds(key)
+    if seconds is None or seconds[0] > curve.target(1):
+        return None
+    return seconds[0]
 
 
 def pass_seconds(
@@ -133,33 +259,77 @@ def pass_seconds(
     max_block: int = MAX_BLOCK,
     repetitions: int = 3,
     recalibrate: bool = False,
+    check: bool = True,
 ) -> tuple[list[float], bool]:
     """The model's pass times for n = 1..``max_block`` and whether they came from the cache.
 
-    Measures (:func:`measure_passes`) unless a cached entry with at least ``max_block`` sizes
-    exists for :func:`model_identity` and ``recalibrate`` is False; stores what it measures.
+    Uses the cached entry for :func:`model_identity` when it has at least ``max_block`` sizes,
+    ``recalibrate`` is False and (with ``check``) a one-token pass timed now agrees with it
+    (once per process and file); otherwise measures (:func:`measure_quietly`) and stores it,
+    except that a disturbed measurement does not replace a valid entry found stale (the machine
+    may be busy only now: the entry is checked again on the next run).
     """
     key = model_identity(backend, model)
-    cached = None if recalibrate else cached_seconds(key, max_block)
-    if cached is not None:
-        return cached, True
-    seconds = measure_passes(model, max_block, repetitions)
     file = calibration_file(key)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    entry = {"format": _FORMAT, "identity": key, "seconds": seconds, "measured": time.time()}
-    file.write_text(json.dumps(entry, indent=1))
+    cached = None if recalibrate else cached_seconds(key, max_block)
+    stale = False
+    if cached is not None and check and file not in _revalidated:
+        now = time_one_token(model)
+        if disagrees(cached[0], now):
+            log.warning(
+                "calibration %s is stale: a one-token pass takes %.1f ms now, %.1f ms there; "
+                "measuring it again",
+                file,
+                1e3 * now,
+                1e3 * cached[0],
+            )
+            cached, stale = None, True
+    if cached is not None:
+        _revalidated.add(file)
+        return cached, True
+    seconds, noise = measure_quietly(model, max_block, repetitions)
+    _revalidated.add(file)
+    if noise > NOISY_SPREAD:
+        log.warning(
+            "the machine was busy while %s was measured (repetitions %.0f%% apart after %d "
+            "attempts); the curve may be off: run %s when it is quiet",
+            key["model"],
+            100 * noise,
+            ATTEMPTS,
+            FIX,
+        )
+        if stale:
+            return seconds, False  # this run uses it; the cached entry is checked next run
+    entry = {
+        "format": _FORMAT,
+        "identity": key,
+        "seconds": seconds,
+        "spread": noise,
+        "measured": time.time(),
+    }
+    if file.is_dir() and not file.is_symlink():
+        shutil.rmtree(file)
+    atomic_write_text(file, json.dumps(entry, indent=1))
     return seconds, False
 
 
 def cost_curve(
-    backend: str, target: Any, draft: Any | None = None, *, recalibrate: bool = False
+    backend: str,
+    target: Any,
+    draft: Any | None = None,
+    *,
+    recalibrate: bool = False,
+    check: bool = True,
 ) -> CostCurve:
-    """The target's pass curve (1..:data:`MAX_BLOCK`) and the draft's per-token cost, each from
-    the cache or measured now."""
-    seconds, _ = pass_seconds(backend, target, recalibrate=recalibrate)
+    """The validated cost curve: the target's pass times (1..:data:`MAX_BLOCK`) and the draft's
+    per-token cost, each from the cache (checked against a pass timed now, with ``check``) or
+    measured now."""
+    seconds, _ = pass_seconds(backend, target, recalibrate=recalibrate, check=check)
     draft_seconds = None
     if draft is not None:
-        draft_seconds = pass_seconds(backend, draft, max_block=1, recalibrate=recalibrate)[0][0]
+        draft_seconds = pass_seconds(
+            backend, draft, max_block=1, recalibrate=recalibrate, check=check
+        )[0][0]
     return CostCurve.from_passes(seconds, draft_seconds)
 
 
@@ -167,6 +337,46 @@ def calibration_file(key: dict[str, object]) -> Path:
     """Where the calibration of the model with this key is cached."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     return calibration_root() / f"{digest}.json"
+
+
+def _read_entry(file: Path, key: dict[str, object]) -> list[float] | None:
+    """The pass times stored in ``file`` for ``key``; None when there is no file, and None with
+    a warning naming the file when it is malformed in any way (it is then measured again)."""
+    if not file.exists():
+        return None
+    problem = _entry_problem(file, key)
+    if isinstance(problem, list):
+        return problem
+    log.warning("calibration %s %s; measuring it again", file, problem)
+    return None
+
+
+def _entry_problem(file: Path, key: dict[str, object]) -> list[float] | str:
+    """The valid pass times in ``file``, or what is wrong with it."""
+    if not file.is_file():
+        return "is a directory, not a file" if file.is_dir() else "is not a regular file"
+    try:
+        stored = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        return f"is unreadable ({error})"
+    if not isinstance(stored, dict):
+        return f"holds a JSON {_JSON_TYPES.get(type(stored), 'value')}, not an object"
+    missing = [k for k in ("format", "identity", "seconds") if k not in stored]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    if stored["format"] != _FORMAT:
+        return f"has format {stored['format']!r}, not {_FORMAT}"
+    if stored["identity"] != key:
+        return "is for another model or setting"
+    seconds = stored["seconds"]
+    if not isinstance(seconds, list) or not seconds:
+        return "has no list of pass times"
+    if not all(
+        isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s) and s > 0
+        for s in seconds
+    ):
+        return f"has pass times that are not finite and > 0: {seconds[:4]}"
+    return [float(s) for s in seconds]
 
 
 def _size_on_disk(location: Path) -> int | None:

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spec_decode.backends.calibration import cached_seconds, cost_curve, identity
+from spec_decode.backends.calibration import cached_draft_seconds, cost_curve, identity
 from spec_decode.backends.loading import Loaded, check_pair, choose_backend, load, resolve_gguf
 from spec_decode.backends.prompts import Tokenizer, encode_prompt
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
@@ -290,15 +290,16 @@ def _draft_may_pay(
     backend: str, draft: str, threads: int | None, costs: CostCurve, k_max: int
 ) -> bool:
     """Whether the auto policy could ever draft with ``draft`` on this machine, judged before
-    loading it from its cached per-token cost (llama.cpp; True when unknown: it is then loaded,
+    loading it from its cached per-token cost (llama.cpp; True when unknown or not believable,
+    see cached_draft_seconds: it is then loaded,
     timed and cached, so the next run knows)."""
     if backend != "llama.cpp":
         return True
     from spec_decode.backends.llamacpp import default_threads
 
     key = identity("llama.cpp", resolve_gguf(draft), threads or default_threads())
-    seconds = cached_seconds(key)
-    return seconds is None or draft_model_can_pay(costs, seconds[0], k_max)
+    seconds = cached_draft_seconds(key, costs)
+    return seconds is None or draft_model_can_pay(costs, seconds, k_max)
 
 
 def _load(
