@@ -1,5 +1,5 @@
-"""``spec-decode models prepare|list|verify`` on a tiny fake packaged model. No model is
-downloaded or loaded."""
+"""``spec-decode models prepare|list|verify`` on a tiny fake packaged model, and the weight
+formats refused before anything loads. No model is downloaded or loaded."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spec_decode.backends import assembly, cache, registry
+from spec_decode.backends.loading import WEIGHTS, check_weights, load
 from spec_decode.cli.app import app
 
 DATA = b"GGUF" + bytes(range(256)) * 20
@@ -82,3 +83,33 @@ def test_wheels_that_make_another_file_exit_2(fake, tmp_path, monkeypatch):
     monkeypatch.setattr(assembly, "part_files", lambda _spec: [other])
     code, output = invoke("models", "prepare", "fake", "--backend", "llama.cpp")
     assert code == 2 and "expected 5124 bytes" in output and "--force-reinstall" in output
+
+
+# ---- weight formats ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["llama.cpp", "transformers"])
+def test_an_unknown_weight_format_is_refused_before_loading(backend, tmp_path):
+    with pytest.raises(ValueError, match="unknown weight format 'bogus'"):
+        load(backend, str(tmp_path / "not-even-there"), weights="bogus")
+    check_weights("llama.cpp", "int8")  # the command line's defaults pass on llama.cpp
+    with pytest.raises(ValueError, match="for transformers on cuda; choose one of bf16"):
+        check_weights("transformers", "int8", "cuda")
+
+
+@pytest.mark.parametrize("flag", ["--target-weights", "--draft-weights"])
+def test_generate_refuses_an_unknown_weight_format_with_exit_2(fake, flag):
+    args = ["generate", "--backend", "llama.cpp", "--target", "fake", "--prompt", "x"]
+    code, output = invoke(*args, "--draft", "fake", "--policy", "fixed", flag, "bogus")
+    assert code == 2 and "unknown weight format 'bogus'" in output
+    assert "llama.cpp runs the GGUF's own quantization" in output
+
+
+@pytest.mark.slow  # imports torch and transformers
+def test_the_weight_formats_are_those_the_transformers_backend_takes():
+    pytest.importorskip("torch")
+    from spec_decode.backends.transformers import weights
+    from spec_decode.backends.transformers.cpu_linear import WEIGHT_FORMATS
+
+    assert set(WEIGHTS["cpu"]) == set(WEIGHT_FORMATS)
+    assert set(WEIGHTS["cuda"]) == set(weights._CUDA_DTYPES)

@@ -24,6 +24,11 @@ from spec_decode.backends import assembly, converted
 from spec_decode.backends.registry import PREPARED
 
 BACKENDS = ("llama.cpp", "transformers")
+#: Weight formats of the transformers backend by device, checked before anything loads (the
+#: same as ``transformers.cpu_linear.WEIGHT_FORMATS`` and the CUDA dtypes of
+#: ``transformers.weights``, which import torch; a test keeps them in step). llama.cpp runs a
+#: GGUF's own quantization and takes none.
+WEIGHTS = {"cpu": ("fp16", "int8", "fp32"), "cuda": ("bf16", "fp16", "fp32")}
 
 
 @dataclass
@@ -62,8 +67,9 @@ def load(
 
     ``weights`` and ``device`` apply to transformers only (on the CPU fp16, fp32 or int8 linear
     layers; on cuda bf16, fp16 or fp32); ``threads`` to llama.cpp only (default: every core),
-    which runs on the CPU.
+    which runs on the CPU. An unknown ``weights`` is refused on either backend.
     """
+    check_weights(backend, weights, device)
     if backend == "llama.cpp":
         if device != "cpu":
             raise ValueError("the llama.cpp backend runs on the CPU; use --backend transformers")
@@ -71,6 +77,24 @@ def load(
     if backend == "transformers":
         return _load_transformers(name_or_path, weights, device)
     raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def check_weights(backend: str, weights: str, device: str = "cpu") -> None:
+    """Refuse a weight format the backend does not know, before anything is loaded: on
+    transformers one of :data:`WEIGHTS` for the device; on llama.cpp, which runs the GGUF's own
+    quantization, any of them is let through unchanged and anything else is refused."""
+    if backend == "transformers" and device in WEIGHTS:
+        known = WEIGHTS[device]
+        if weights not in known:
+            raise ValueError(
+                f"unknown weight format {weights!r} for transformers on {device}; "
+                f"choose one of {', '.join(known)}"
+            )
+    elif backend == "llama.cpp" and weights not in {w for ws in WEIGHTS.values() for w in ws}:
+        raise ValueError(
+            f"unknown weight format {weights!r}; llama.cpp runs the GGUF's own quantization "
+            "and takes no weight format (fp16, int8, fp32 and bf16 apply to transformers)"
+        )
 
 
 def check_pair(target: Loaded, draft: Loaded) -> None:

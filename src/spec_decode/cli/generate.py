@@ -20,7 +20,14 @@ from rich.console import Console
 from rich.table import Table
 
 from spec_decode.backends.calibration import cached_draft_seconds, cost_curve, identity
-from spec_decode.backends.loading import Loaded, check_pair, choose_backend, load, resolve_gguf
+from spec_decode.backends.loading import (
+    Loaded,
+    check_pair,
+    check_weights,
+    choose_backend,
+    load,
+    resolve_gguf,
+)
 from spec_decode.backends.prompts import Tokenizer, encode_prompt
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
 from spec_decode.cli.models import prepare_with_bar
@@ -202,6 +209,8 @@ def generate_command(
             raise ValueError("int8 target weights break block/one-token consistency; use fp16")
         text = prompt if prompt is not None else sys.stdin.read()
         chosen = choose_backend(backend, target)
+        for weights in (target_weights, draft_weights):  # before anything loads or converts
+            check_weights(chosen, weights, device)
         loaded_target = _load(chosen, target, target_weights, threads, device)
         target_model, tokenizer = loaded_target.model, loaded_target.tokenizer
         prompt_ids = encode_prompt(tokenizer, text, raw)
