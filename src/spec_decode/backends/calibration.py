@@ -307,9 +307,12 @@ def pass_seconds(
         "spread": noise,
         "measured": time.time(),
     }
-    if file.is_dir() and not file.is_symlink():
-        shutil.rmtree(file)
-    atomic_write_text(file, json.dumps(entry, indent=1))
+    try:
+        if file.is_dir() and not file.is_symlink():
+            shutil.rmtree(file)
+        atomic_write_text(file, json.dumps(entry, indent=1))
+    except OSError as error:
+        log.warning("could not store calibration %s (%s); measured again next run", file, error)
     return seconds, False
 
 
