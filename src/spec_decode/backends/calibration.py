@@ -3,11 +3,11 @@ backend, and cached.
 
 The auto policy (:mod:`spec_decode.drafting.auto`) decides from a
 :class:`~spec_decode.drafting.costs.CostCurve`, and the curve differs by machine more than by
-anything else: on 2 CPU cores a 17-token pass costs 7.5 one-token passes, on a GPU about one. So
-the curve is measured where it is used, the way it is used: on a warm cache, each call scores the
-last committed token plus n - 1 new ones (exactly a verification pass), for n = 1 .. ``max_block``,
-sizes interleaved over ``repetitions`` rounds, median per size. A draft token costs one one-token
-pass of the draft model. About 3 s for the 1.5B target on this CPU, under a second for the draft.
+anything else: on a few CPU cores a 17-token pass costs several one-token passes, on a GPU about
+one. So the curve is measured where it is used, the way it is used: on a warm cache, each call
+scores the last committed token plus n - 1 new ones (exactly a verification pass), for n = 1 ..
+``max_block``, sizes interleaved over ``repetitions`` rounds, median per size. A draft token costs
+one one-token pass of the draft model.
 
 Results are cached as JSON under the user cache directory (``$SPEC_DECODE_CACHE/calibration`` or
 the platform's, beside the models), one file per model, keyed by backend, model path and size on

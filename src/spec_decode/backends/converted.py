@@ -2,8 +2,8 @@
 
 The llama.cpp backend runs the assembled GGUF as shipped (:mod:`spec_decode.backends.assembly`).
 transformers cannot: :func:`prepare` dequantizes the verified GGUF with transformers into a plain
-safetensors folder (fp16 weights) plus the tokenizer. That takes minutes and ~14 GB of memory, so
-it is never done at load time by surprise; it runs into a temporary folder that is renamed into
+safetensors folder (fp16 weights) plus the tokenizer. That takes minutes and much memory, so it
+is never done at load time by surprise; it runs into a temporary folder that is renamed into
 place when complete, and a marker then records every file's sha256 and ``stat``
 (:mod:`spec_decode.backends.verified`). Each use checks the marker (one ``stat`` per file),
 re-hashes a file whose ``stat`` changed, and converts again when the content differs.

@@ -2,8 +2,8 @@
 
 A marker file records, for each checked file, its sha256 together with what ``stat`` says about it
 (size, modification and change times, inode). Any write, truncation, replacement or copy over the
-file changes at least one of those, so comparing them costs one ``stat`` and re-hashing (seconds
-for a GB) is needed only when they differ: then the content is either still the recorded one
+file changes at least one of those, so comparing them costs one ``stat`` and re-hashing is
+needed only when they differ: then the content is either still the recorded one
 (the marker is renewed) or not (the caller rebuilds the file). A marker that is missing,
 unreadable or malformed counts as "nothing verified".
 """
