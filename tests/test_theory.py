@@ -36,6 +36,7 @@ def test_markov_expectation_matches_iid_when_acceptance_is_constant():
     )
 
 
+@pytest.mark.slow
 def test_markov_expectation_differs_from_iid_when_acceptance_varies():
     # The draft is perfect in half the contexts and unrelated in the others.
     target = random_markov(6, seed=0)
@@ -49,6 +50,7 @@ def test_markov_expectation_differs_from_iid_when_acceptance_varies():
     assert abs(trace.tokens_per_pass - iid) > 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("order", "agreement", "k"), [(1, 0.8, 4), (2, 0.6, 3), (1, 0.3, 6)])
 def test_measured_tokens_per_pass_within_three_percent_of_theory(order, agreement, k):
     target = random_markov(32 if order == 1 else 8, seed=1, order=order)
@@ -66,6 +68,7 @@ def test_perfect_draft_theory():
     assert expectation.tokens_per_pass == pytest.approx(5.0)
 
 
+@pytest.mark.slow
 def test_greedy_expectation_follows_the_closed_class_generation_reaches():
     """Greedy decoding makes the context chain deterministic, with several closed classes (cycles
     of argmax successors); averaging over all of them was off by 6 %, the class reached from the
@@ -82,6 +85,7 @@ def test_greedy_expectation_follows_the_closed_class_generation_reaches():
     assert trace.tokens_per_pass == pytest.approx(expectation.tokens_per_pass, rel=0.01)
 
 
+@pytest.mark.slow
 def test_an_absurd_k_costs_only_the_depth_the_drafts_reach():
     import time
 

@@ -19,6 +19,7 @@ def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+@pytest.mark.slow
 def test_perfect_draft_emits_k_plus_one_tokens_per_pass(pair32):
     target, _ = pair32
     perfect = draft_from_target(target, 1.0, seed=2)

@@ -99,6 +99,7 @@ def test_steps_record_their_drafter(pair32):
     assert names == {("", 0), ("drafter", 2)} or names == {("", 0), ("drafter", 2), ("drafter", 1)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0)])
 def test_mixing_plain_passes_and_drafts_is_exact(sampling):
     target = random_markov(3, seed=5)

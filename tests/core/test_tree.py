@@ -284,6 +284,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "replacement", "control"), list(itertools.product(CASES, [True, False], CONTROLS))
 )
@@ -303,6 +304,7 @@ def test_tree_generator_is_exact(case, replacement, control):
     assert result.tv < TV_TOLERANCE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replacement", [True, False])
 def test_tree_generator_is_exact_over_two_full_steps(replacement):
     target, draft = pair(3)
@@ -323,6 +325,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BROKEN)
 @pytest.mark.parametrize("control", ["plain", "temperature 0.7"])
 def test_exhaustive_certificate_fails_the_broken_variants(name, control):
@@ -357,6 +360,7 @@ def peaked_pair():
     return target, draft_from_target(target, 0.0, seed=2, concentration=0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("widths", "kwargs"),
     [
@@ -382,6 +386,7 @@ def test_statistical_certificate_passes(peaked_pair, widths, kwargs):
     assert all(tv <= DETECTABLE_TV + 1e-9 for tv in certificate.detectable_tv.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BROKEN)
 def test_statistical_certificate_fails_the_broken_variants(peaked_pair, name):
     target, draft = peaked_pair
@@ -453,6 +458,7 @@ def test_chain_shaped_tree_theory_equals_the_chain_theory(pair32, k, sampling):
         assert tree.acceptance_rate == pytest.approx(chain.acceptance_rate, rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("widths", "replacement", "order"),
     [((3, 2, 1), True, 1), ((2, 2), False, 1), ((6,), True, 1), ((2, 1), False, 2)],
@@ -468,6 +474,7 @@ def test_measured_tokens_per_pass_within_three_percent_of_theory(widths, replace
     )
 
 
+@pytest.mark.slow
 def test_tree_beats_the_chain_at_equal_drafted_tokens_when_acceptance_is_low():
     """At agreement 0.2 (alpha ~0.47) the 6-node tree (2,1,1) beats the 6-token chain; at 0.9 the
     chain wins: a wide tree cannot emit more than depth + 1 tokens per pass."""
@@ -498,6 +505,7 @@ def test_theory_without_replacement_refuses_an_unaffordable_width(pair32):
 # ---- command line ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_run_tree():
     runner = CliRunner()
     result = runner.invoke(app, ["run", "--tree", "3,2,1", "--tokens", "600", "--json"])

@@ -179,6 +179,7 @@ def auto_generator(target, auto, prefix, sampling):
     return lambda rng, n: generate(target, step, prefix, n, rng).tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("costs", ["CPU", "FLAT", "MIXED"])
 @pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize(
@@ -223,6 +224,7 @@ SIGNIFICANCE, DETECTABLE_TV = 1e-3, 0.03
 RUNS = samples_for_power(cells=9, tv=DETECTABLE_TV, significance=SIGNIFICANCE, power=0.99)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [False, True])
 def test_statistical_certificate(broken, reports_model_q):
     target, auto = toy_auto(3, MIXED, SamplingParams())

@@ -258,6 +258,7 @@ def toy_pair(vocab: int) -> tuple[MarkovModel, MarkovModel]:
     return target, draft_from_target(target, 0.5, seed=6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("drafter", DRAFTERS)
@@ -293,6 +294,7 @@ def test_drafters_are_exact_under_sampling_controls(drafter, sampling):
     assert result.tv < TOLERANCE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("shape", "sampling"),
     [
@@ -325,6 +327,7 @@ def test_the_certified_confidence_cut_off_does_cut(shape, sampling):
     assert chance_of_a_short_step(named["confidence cut-off"]) > 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("policy", "second_ks"), [("fixed", 1), ("schedule", 2), ("cost", 2)])
 def test_the_certificate_covers_paths_where_k_adapts(policy, second_ks):
     """Enumerating the drafted lengths shows an adaptive policy drafts differently on different
@@ -367,6 +370,7 @@ class Bound:
         return self.function(self.model, prefix, k, rng)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [lookup_with_model_q, confidence_after_draw])
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_certificate_fails_the_broken_variants(broken, policy):
@@ -389,6 +393,7 @@ STATISTICAL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", STATISTICAL)
 def test_statistical_certificate_passes(case):
     target, draft = toy_pair(3)
@@ -402,6 +407,7 @@ def test_statistical_certificate_passes(case):
     assert certificate.passed, certificate.tests
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [lookup_with_model_q, confidence_after_draw])
 def test_statistical_certificate_fails_the_broken_variants(broken):
     target, draft = toy_pair(3)
@@ -437,6 +443,7 @@ def test_run_command_takes_a_policy_and_a_confidence_cut_off():
         assert runner.invoke(app, ["run", *args]).exit_code == 2
 
 
+@pytest.mark.slow
 def test_generate_command_drafts_by_prompt_lookup_on_the_target_alone(tmp_path, tiny_qwen2_folder):
     pytest.importorskip("transformers")
     target = tiny_qwen2_folder(tmp_path / "target", seed=0)
