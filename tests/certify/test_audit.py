@@ -15,6 +15,7 @@ from spec_decode.core.rules import exact_rule
 from spec_decode.core.tree_rules import verify_tree
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", zoo.BROKEN_RULES)
 def test_every_broken_rule_fails(name):
     report = audit(rule=zoo.BROKEN_RULES[name])
@@ -29,12 +30,14 @@ def test_every_broken_rule_fails(name):
         assert report.min_p_value < 1e-3 / len(audit_cases())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", zoo.BROKEN_DRAFTERS)
 def test_every_broken_drafter_fails(name):
     report = audit(drafter=zoo.BROKEN_DRAFTERS[name])
     assert report.verdict == "FAIL", report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rule", "drafter"),
     [
@@ -58,6 +61,7 @@ def test_exact_controls_pass_exhaustively(rule, drafter):
     assert report.paths > 100
 
 
+@pytest.mark.slow
 def test_exact_rule_passes_statistically_with_stated_power():
     cases = audit_cases(seed=3)[:2]
     report = audit(statistical=True, seed=3, cases=cases, statistical_runs=8_000)
@@ -71,6 +75,7 @@ def test_exact_rule_passes_statistically_with_stated_power():
     assert 0 < report.min_p_value <= 1
 
 
+@pytest.mark.slow
 def test_statistical_audit_tests_the_joint_and_catches_a_correlated_uniform():
     deep = [c for c in audit_cases() if c.kind == "deterministic draft" and c.k == 6]
     report = audit(rule=zoo.shared_uniform, statistical=True, cases=deep, statistical_runs=4_000)
@@ -78,6 +83,7 @@ def test_statistical_audit_tests_the_joint_and_catches_a_correlated_uniform():
     assert "jointly" in next(iter(report.cases[0].statistical.tests))
 
 
+@pytest.mark.slow
 def test_a_rule_wrong_only_from_four_drafts_fails_and_the_old_grid_was_blind():
     deep = [c for c in audit_cases() if c.k >= 4]
     shallow = [c for c in audit_cases() if c.k <= 3]
@@ -87,12 +93,14 @@ def test_a_rule_wrong_only_from_four_drafts_fails_and_the_old_grid_was_blind():
     assert ", k=4," in report.worst_case or ", k=8," in report.worst_case
 
 
+@pytest.mark.slow
 def test_correlated_uniforms_fail_exactly():
     report = audit(rule=zoo.shared_uniform, cases=[c for c in audit_cases() if c.k >= 2][:6])
     assert report.method == "exhaustive" and report.fallback is None
     assert report.verdict == "FAIL" and report.exhaustive_tv > 0.01
 
 
+@pytest.mark.slow
 def test_float32_rounding_passes_only_within_a_stated_tolerance():
     cases = [c for c in audit_cases() if c.k >= 4]
     strict = audit(rule=zoo.float32_rule, cases=cases)
@@ -102,6 +110,7 @@ def test_float32_rounding_passes_only_within_a_stated_tolerance():
     assert audit(rule=zoo.swapped_residual, cases=cases, tolerance=1e-6).verdict == "FAIL"
 
 
+@pytest.mark.slow
 def test_rules_see_the_sampling_settings_when_they_ask():
     greedy = [c for c in audit_cases() if c.sampling.greedy]
     sampled = [c for c in audit_cases() if not c.sampling.greedy]
@@ -109,6 +118,7 @@ def test_rules_see_the_sampling_settings_when_they_ask():
     assert audit(rule=zoo.greedy_accepts_all, cases=sampled[:4]).verdict == "PASS"
 
 
+@pytest.mark.slow
 def test_arrays_and_tensors_are_accepted_as_rule_output():
     torch = pytest.importorskip("torch")
     cases = audit_cases()[:3]
@@ -129,6 +139,7 @@ def test_arrays_and_tensors_are_accepted_as_rule_output():
     assert floats.verdict == "FAIL" and "dtype float64" in floats.problem
 
 
+@pytest.mark.slow
 def test_a_rule_that_cannot_take_zero_drafts_is_never_given_them():
     def needs_drafts(p, q, d, rng):
         assert len(d) > 0, "zero drafts"
@@ -150,12 +161,14 @@ def test_crash_reports_carry_the_case_the_inputs_and_the_frame():
     assert "in crashes_on_rejection" in problem
 
 
+@pytest.mark.slow
 def test_an_enumeration_over_budget_turns_statistical_and_says_so(monkeypatch):
     monkeypatch.setattr(audit_module, "CASE_PATHS", 10)
     report = audit(cases=audit_cases()[2:3], statistical_runs=2_000)
     assert report.method == "statistical" and "more than 10" in report.fallback
 
 
+@pytest.mark.slow
 def test_tree_rules_are_audited():
     assert audit(tree_rule=verify_tree).verdict == "PASS"
     report = audit(tree_rule=zoo.tree_without_residual_update)
