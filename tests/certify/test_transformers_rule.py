@@ -18,6 +18,7 @@ from spec_decode.certify.third_party.transformers_rule import (
 CASES = [c for c in audit_cases() if c.vocab <= 3 and c.k <= 2]
 
 
+@pytest.mark.slow
 def test_hf_speculative_sampling_is_exact_by_enumeration():
     report = audit(rule=hf_speculative_sampling, cases=CASES)
     assert report.verdict == "PASS", report
