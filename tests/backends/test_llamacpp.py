@@ -19,6 +19,7 @@ pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
 
 from kv_cache_contract import check_draft_cache, check_target_cache, fed  # noqa: E402
+from tiny_gguf import CONTEXT, TOKENS, perturbed, tiny_weights, write_gguf  # noqa: E402
 
 from spec_decode import (  # noqa: E402
     ModelDrafter,
@@ -36,80 +37,11 @@ from spec_decode.backends.llamacpp import (  # noqa: E402
     probabilities,
 )
 
-TOKENS = ["<unk>", "<s>", "</s>", "\u2581", "a", "b"]
-TOKEN_TYPES = [2, 3, 3, 1, 1, 1]  # unknown, control, control, normal...
 VOCAB = len(TOKENS)
-CONTEXT = 64
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 32, 2, 4, 2, 64
 #: Beyond ``exact_block_size``: on a build with llamafile (the default wheel) the float32 block
 #: rows of these models differ from one-token rows by ~1e-4 in log-probability.
 LOGPROB_TOLERANCE = 1e-3
 GREEDY = SamplingParams(temperature=0)
-
-
-def tiny_weights(seed: int, logit_scale: float) -> dict[str, np.ndarray]:
-    """Random float32 tensors of a Llama block stack, named as llama.cpp expects them."""
-    rng = np.random.default_rng(seed)
-
-    def dense(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
-
-    kv = KV_HEADS * HIDDEN // HEADS
-    weights = {
-        "token_embd.weight": dense(VOCAB, HIDDEN, np.sqrt(HIDDEN)),
-        "output_norm.weight": np.ones(HIDDEN, np.float32),
-        "output.weight": dense(VOCAB, HIDDEN, logit_scale),
-    }
-    for i in range(LAYERS):
-        weights |= {
-            f"blk.{i}.attn_norm.weight": np.ones(HIDDEN, np.float32),
-            f"blk.{i}.ffn_norm.weight": np.ones(HIDDEN, np.float32),
-            f"blk.{i}.attn_q.weight": dense(HIDDEN, HIDDEN),
-            f"blk.{i}.attn_k.weight": dense(kv, HIDDEN),
-            f"blk.{i}.attn_v.weight": dense(kv, HIDDEN),
-            f"blk.{i}.attn_output.weight": dense(HIDDEN, HIDDEN),
-            f"blk.{i}.ffn_gate.weight": dense(FFN, HIDDEN),
-            f"blk.{i}.ffn_up.weight": dense(FFN, HIDDEN),
-            f"blk.{i}.ffn_down.weight": dense(HIDDEN, FFN),
-        }
-    return weights
-
-
-def perturbed(weights: dict[str, np.ndarray], seed: int, noise: float) -> dict[str, np.ndarray]:
-    """A copy with Gaussian noise of ``noise`` times each tensor's spread: a well-matched draft."""
-    rng = np.random.default_rng(seed)
-    return {
-        name: (w + noise * w.std() * rng.standard_normal(w.shape)).astype(np.float32)
-        for name, w in weights.items()
-    }
-
-
-def write_gguf(path: Path, weights: dict[str, np.ndarray], tokens: list[str] = TOKENS) -> Path:
-    """A Llama-architecture GGUF with a 6-token SentencePiece ("llama") vocabulary."""
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_block_count(LAYERS)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
-    writer.add_rope_dimension_count(HIDDEN // HEADS)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -2.0])
-    writer.add_token_types(TOKEN_TYPES)
-    writer.add_unk_token_id(0)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_add_bos_token(False)
-    for name, tensor in weights.items():
-        writer.add_tensor(name, tensor)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,17 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, raw: bool) -> list[int]:
     """Token ids of ``prompt``: through the chat template (one user message, then the assistant
     turn's opening) when the tokenizer has one and not ``raw``; as plain text otherwise."""
     if not raw and tokenizer.chat_template:
-        messages = [{"role": "user", "content": prompt}]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return tokenizer.encode(text, add_special_tokens=False)
+        return encode_chat(tokenizer, [{"role": "user", "content": prompt}])
     return tokenizer.encode(prompt)
+
+
+def encode_chat(tokenizer: Tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a conversation through the model's chat template, ending with the assistant
+    turn's opening (``ValueError`` when the tokenizer has no template)."""
+    if not tokenizer.chat_template:
+        raise ValueError("this model has no chat template; send a plain prompt instead")
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def render_chat_template(template: str, messages: list[dict[str, str]], **special: str) -> str:

@@ -13,6 +13,9 @@ import numpy as np
 
 #: Blocks no longer than this are bitwise equal to one-token scoring, by build (see above).
 _EXACT_BLOCKS = {(False, False): 7, (False, True): 3}
+#: Calls of at least this many rows compute every row bitwise the same whatever their number,
+#: by build: measured for the recommended build only (without llamafile, with repack).
+_INVARIANT_BATCHES = {(False, True): 8}
 
 
 def build_features() -> dict[str, str]:
@@ -29,6 +32,21 @@ def exact_block_size() -> int:
     features = build_features()
     key = ("LLAMAFILE" in features, "REPACK" in features)
     return _EXACT_BLOCKS.get(key, 1)
+
+
+def invariant_batch_size() -> int | None:
+    """The fewest rows from which this build's calls are batch-invariant among themselves, or
+    None where that was not measured.
+
+    Without llamafile and with repack (the recommended build), on the packaged Qwen target: a
+    prefix read in one call of 8 rows, then a call of S rows, gives bitwise the rows of one cold
+    call over both for S = 8, 9, 12, 16 and 33, and different rows for S = 1..7 (and for a
+    prefix read in 4 rows, S >= 4). So a KV cache row computed in a call of 8 or more rows is
+    the row a cold read of a longer prompt computes, which is what lets a server reuse a
+    conversation's prefix exactly (:meth:`~.model.LlamaCppModel.keep_reusable`).
+    """
+    features = build_features()
+    return _INVARIANT_BATCHES.get(("LLAMAFILE" in features, "REPACK" in features))
 
 
 def probabilities(logits: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:

@@ -11,7 +11,12 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from spec_decode.backends.llamacpp.kernels import exact_block_size, init_backend, probabilities
+from spec_decode.backends.llamacpp.kernels import (
+    exact_block_size,
+    init_backend,
+    invariant_batch_size,
+    probabilities,
+)
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 DEFAULT_MAX_CTX = 4096
@@ -79,8 +84,10 @@ class LlamaCppModel(PrefixCachedModel):
         self._scratch = np.empty(self.vocab_size, dtype=np.float32)
         self.exact_block_size = exact_block_size()
         self.exact_blocks = exact_blocks
+        self.invariant_batch_size = invariant_batch_size()
         self.stats = ForwardStats()
         self._cached: list[int] = []
+        self._invariant = 0  # the first cached tokens were all fed in batch-invariant calls
 
     def _new_context(self) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
@@ -120,6 +127,28 @@ class LlamaCppModel(PrefixCachedModel):
         """Drop the KV cache (the next call re-reads its whole prefix)."""
         llama_cpp.llama_memory_clear(self._memory, True)
         self._cached = []
+        self._invariant = 0
+
+    def keep_reusable(self, prompt: Sequence[int]) -> int:
+        """Cut the cache back to what reading ``prompt`` next may reuse; return its length.
+
+        A cold run reads the whole prompt in one call. A token's keys and values depend on how
+        many rows its call computed (see :func:`~.kernels.invariant_batch_size`), so a cached
+        token may be reused only if it was fed in a call of at least
+        :attr:`invariant_batch_size` rows, as were all before it (generated tokens, fed one to
+        three at a time, are not), and at least that many prompt tokens must remain to read, so
+        that they too are computed the batch-invariant way. Every row is then bitwise the row
+        the cold run computes. With no invariant batch size for this build, nothing is kept.
+        """
+        size = self.invariant_batch_size
+        keep = 0
+        if size is not None:
+            prompt = list(prompt)
+            keep = min(common_prefix(self._cached, prompt), self._invariant, len(prompt) - size)
+        if keep <= 0:
+            self.reset()
+            return 0
+        return self._trim(keep)
 
     def _dists(self, sequence: list[int], n_rows: int) -> np.ndarray:
         """Probabilities after each of the last ``n_rows`` prefixes of ``sequence``."""
@@ -134,6 +163,9 @@ class LlamaCppModel(PrefixCachedModel):
             for i in range(begin, end):
                 self._put(i - begin, new[i], keep + i, (0,), i >= first_row)
             self._decode(end - begin, start)
+            size = self.invariant_batch_size
+            if size is not None and end - begin >= size and self._invariant == keep + begin:
+                self._invariant = keep + end
             if end > first_row:
                 rows.append(self._read_rows(end - max(begin, first_row)))
             start = time.perf_counter()
@@ -211,6 +243,7 @@ class LlamaCppModel(PrefixCachedModel):
                 self.reset()  # this memory type cannot drop a tail: start over
                 return 0
             del self._cached[keep:]
+            self._invariant = min(self._invariant, keep)
         return len(self._cached)
 
     def _put(self, i: int, token: int, position: int, seqs: Sequence[int], output: bool) -> None:

@@ -1,0 +1,168 @@
+"""The engine on the tiny GGUF pair: one load, many generations; output equal to target-only
+decoding; a warm request's rows bitwise those of a cold one; stop strings, cancellation and
+the shared history."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from spec_decode.core.generate import generate_autoregressive
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.serving.engine import Engine, EngineConfig
+from spec_decode.serving.text import IncrementalText
+
+GREEDY = SamplingParams(temperature=0)
+WARM = SamplingParams(temperature=0.8)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_pair):
+    target, draft = tiny_pair
+    loaded = Engine.load(EngineConfig(target=str(target), draft=str(draft), threads=1))
+    loaded.warm_up()
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def cold(tiny_pair):
+    """A second engine, forgotten before every use: the reference for reuse."""
+    target, draft = tiny_pair
+    config = EngineConfig(target=str(target), draft=str(draft), threads=1, shared_history=False)
+    return Engine.load(config)
+
+
+def recorded_rows(engine: Engine, monkeypatch) -> list[np.ndarray]:
+    """Every probability row the target returns from now on, in order."""
+    rows: list[np.ndarray] = []
+    model = engine.target.model
+    original = model._dists
+
+    def recording(sequence: list[int], n_rows: int) -> np.ndarray:
+        out = original(sequence, n_rows)
+        rows.extend(out.copy())
+        return out
+
+    monkeypatch.setattr(model, "_dists", recording)
+    return rows
+
+
+def test_greedy_output_is_target_only_output(engine, cold):
+    prompt = engine.encode_chat([{"role": "user", "content": "hello world"}])
+    done = engine.generate(prompt, 40, sampling=GREEDY)
+    cold.forget()
+    reference = generate_autoregressive(
+        cold.target.model, prompt, 40, np.random.default_rng(0), sampling=GREEDY
+    )
+    assert done.tokens == reference.tokens and done.finish_reason == "length"
+    assert done.prompt_tokens == len(prompt) and done.trace.target_passes <= 40
+
+
+def test_a_warm_turn_computes_bitwise_the_rows_of_a_cold_one(engine, cold, monkeypatch):
+    first = [{"role": "user", "content": "write the alphabet backwards please"}]
+    prompt = engine.encode_chat(first)
+    answer = engine.generate(prompt, 24, sampling=WARM, seed=5)
+    second = [*first, {"role": "assistant", "content": answer.text}]
+    second.append({"role": "user", "content": "and now forwards"})
+    prompt2 = engine.encode_chat(second)
+    warm_rows = recorded_rows(engine, monkeypatch)
+    warm = engine.generate(prompt2, 24, sampling=WARM, seed=7)
+    cold.forget()
+    cold_rows = recorded_rows(cold, monkeypatch)
+    reference = cold.generate(prompt2, 24, sampling=WARM, seed=7)
+    assert 0 < warm.cached_tokens <= len(prompt) and reference.cached_tokens == 0
+    assert warm.tokens == reference.tokens
+    assert len(warm_rows) == len(cold_rows)
+    assert all(np.array_equal(a, b) for a, b in zip(warm_rows, cold_rows, strict=True))
+
+
+def test_reuse_keeps_only_rows_read_in_batch_invariant_calls(engine, monkeypatch):
+    model = engine.target.model
+    monkeypatch.setattr(model, "invariant_batch_size", 8)
+    model.reset()
+    prompt = list(range(4, 24))  # 20 tokens, read in one call
+    model.next_dist(prompt)
+    for n in range(1, 6):  # five generated tokens, fed one at a time
+        model.next_dist(prompt + [5] * n)
+    assert model.keep_reusable(prompt + [5] * 5 + list(range(4, 20))) == 20  # not the generated
+    model.next_dist(prompt + [6] * 3)
+    assert model.keep_reusable(prompt + [6] * 3) == 15  # 8 prompt tokens are left to read
+    model.reset()
+    model.next_dist(prompt[:6])  # a call of 6 rows: not batch-invariant with longer calls
+    assert model.keep_reusable(prompt) == 0 and model.cached_tokens == []
+    monkeypatch.setattr(model, "invariant_batch_size", None)  # a build nobody measured
+    model.next_dist(prompt)
+    assert model.keep_reusable(prompt + [5] * 10) == 0
+
+
+def test_stop_strings_cut_the_text_and_end_the_generation(engine):
+    prompt = engine.encode("abc", raw=True)
+    full = engine.generate(prompt, 30, sampling=GREEDY)
+    stop = full.text[5:8]
+    pieces: list[str] = []
+    done = engine.generate(
+        prompt, 30, sampling=GREEDY, stop=[stop], on_step=lambda _, text: pieces.append(text)
+    )
+    assert done.finish_reason == "stop"
+    assert done.text == full.text[: full.text.index(stop)] == "".join(pieces)
+    assert done.tokens == full.tokens[: len(done.tokens)] and len(done.tokens) < 30
+
+
+def test_cancellation_stops_within_a_step_and_leaves_no_trace(engine, cold):
+    prompt = engine.encode("abcabc", raw=True)
+    cancel = threading.Event()
+    steps: list[list[int]] = []
+
+    def on_step(tokens: list[int], _: str) -> None:
+        steps.append(tokens)
+        if len(steps) == 2:
+            cancel.set()
+
+    done = engine.generate(prompt, 100, sampling=GREEDY, on_step=on_step, cancel=cancel)
+    assert done.finish_reason == "cancelled" and done.trace.target_passes == 2
+    after = engine.generate(prompt, 20, sampling=WARM, seed=3)
+    cold.forget()
+    assert after.tokens == cold.generate(prompt, 20, sampling=WARM, seed=3).tokens
+
+
+def test_the_history_grows_by_finished_requests(engine):
+    before = engine.history.version
+    engine.generate(engine.encode("xyz", raw=True), 5, sampling=GREEDY)
+    assert engine.history.version == before + 1
+
+
+def test_bad_requests_are_value_errors(engine):
+    with pytest.raises(ValueError, match="prompt is empty"):
+        engine.generate([], 5)
+    with pytest.raises(ValueError, match="context window"):
+        engine.generate([4, 5], engine.context_window)
+    with pytest.raises(ValueError, match="token ids"):
+        engine.generate([4, 10_000], 5)
+    with pytest.raises(ValueError, match="stop strings"):
+        engine.generate([4, 5], 5, stop=[""])
+
+
+class Letters:
+    """A tokenizer whose tokens are byte strings, to split characters between tokens."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", "replace")
+
+
+def test_text_holds_back_split_characters_and_possible_stop_strings():
+    tokenizer = Letters([b"ab", b"\xc3", b"\xa9", b"cd", b"e", b"X", b"Y"])
+    text = IncrementalText(tokenizer, stop=["XY"])
+    assert text.add([0]) == "ab"
+    assert text.add([1]) == ""  # half of é: held back
+    assert text.add([2]) == "\u00e9"
+    assert text.add([3, 4]) == "cde"
+    assert text.add([5]) == ""  # "X" may begin the stop string
+    assert text.add([6]) == "" and text.stopped and text.text == "ab\u00e9cde"
+    assert text.finish() == ""
+    partial = IncrementalText(tokenizer, stop=["XY"])
+    assert partial.add([0, 5]) == "ab" and partial.finish() == "X"  # no stop after all
