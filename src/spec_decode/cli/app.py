@@ -8,6 +8,7 @@ from spec_decode.cli.audit import audit_command
 from spec_decode.cli.calibrate import calibrate_command
 from spec_decode.cli.generate import generate_command
 from spec_decode.cli.models import models_app
+from spec_decode.cli.serve import serve_command
 from spec_decode.cli.toy import run, sweep_command, verify
 
 app = typer.Typer(
@@ -21,6 +22,7 @@ app.command(name="sweep")(sweep_command)
 app.command(name="audit")(audit_command)
 app.command(name="generate")(generate_command)
 app.command(name="calibrate")(calibrate_command)
+app.command(name="serve")(serve_command)
 app.add_typer(models_app, name="models")
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+"""``spec-decode serve``: the engine behind an OpenAI-compatible HTTP API (``[serve]`` extra).
+
+FastAPI, uvicorn and the engine are imported when the command runs, so the rest of the CLI
+starts without the extra. The model is loaded (and the machine calibrated, the first time)
+before the port opens; SIGTERM or Ctrl-C stops taking requests, drops the queued ones, lets the
+running generation finish within ``--grace`` seconds (cancelling it then) and exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
+
+console = Console(stderr=True)
+
+
+def serve_command(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8000,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPEC_DECODE_API_KEY",
+            help="Require 'Authorization: Bearer KEY' on every /v1 route.",
+            show_envvar=True,
+        ),
+    ] = None,
+    target: Annotated[
+        str, typer.Option(help="Packaged model name, GGUF file or transformers folder.")
+    ] = DEFAULT_TARGET,
+    draft: Annotated[
+        str,
+        typer.Option(
+            help="Packaged model name, GGUF file or transformers folder; 'lookup' (no draft "
+            "model) or 'none' (target-only decoding)."
+        ),
+    ] = DEFAULT_DRAFT,
+    backend: Annotated[str, typer.Option(help="auto, llama.cpp or transformers.")] = "auto",
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="llama.cpp threads (default: every core).")
+    ] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="The most tokens drafted a step.")] = 4,
+    max_queue: Annotated[
+        int, typer.Option(min=0, help="Requests that may wait beyond the running one (429 after).")
+    ] = 16,
+    max_tokens: Annotated[
+        int, typer.Option(min=1, help="The most tokens one request may generate.")
+    ] = 1024,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="The most seconds one generation may run.")
+    ] = 300.0,
+    grace: Annotated[
+        float, typer.Option(min=0.0, help="Seconds a running generation gets at shutdown.")
+    ] = 10.0,
+    shared_history: Annotated[
+        bool, typer.Option(help="Let the suffix drafter continue from earlier requests.")
+    ] = True,
+    name: Annotated[
+        str | None, typer.Option(help="The model id served (default: the target's name).")
+    ] = None,
+) -> None:
+    """Serve exact speculative decoding behind an OpenAI-compatible API (chat and completions,
+    streamed or not), one generation at a time, with a bounded queue."""
+    try:
+        import uvicorn
+
+        from spec_decode.serving.engine import Engine, EngineConfig
+        from spec_decode.serving.server import Settings, create_app
+        from spec_decode.serving.worker import Worker
+    except ImportError as error:
+        console.print(f'[red]error:[/] {error}; install the extra: pip install -e ".[serve]"')
+        raise typer.Exit(2) from error
+    try:
+        config = EngineConfig(
+            target=target, draft=draft, backend=backend, threads=threads, k=k,
+            shared_history=shared_history,
+        )  # fmt: skip
+        engine = Engine.load(config)
+    except (ValueError, FileNotFoundError) as error:
+        console.print(f"[red]error:[/] {error}")
+        raise typer.Exit(2) from error
+    engine.warm_up()
+    worker = Worker(engine, max_queue, timeout)
+    model_name = name or (target if target in PREPARED else Path(target).stem)
+    settings = Settings(model_name, api_key or None, max_tokens, grace_s=grace)
+    app = create_app(worker, settings)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            worker.close(grace)
+            super().handle_exit(sig, frame)
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            for server in self.servers:
+                for sock in server.sockets:
+                    bound_host, bound_port = sock.getsockname()[:2]
+                    console.print(f"serving {model_name} on http://{bound_host}:{bound_port}/v1")
+
+    server = Server(
+        uvicorn.Config(
+            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=grace + 5
+        )
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it stopped on
+        signal.signal(sig, lambda *_: None)  # after shutdown: let it land here, then exit 0
+    server.run()
+    worker.join()
+    loaded = "draft loaded" if engine.draft else "draft not loaded"
+    console.print(f"stopped ({loaded}; {engine.history.version} requests in the history)")

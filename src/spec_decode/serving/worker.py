@@ -1,0 +1,144 @@
+"""One thread that owns the engine, fed by a bounded first-in-first-out queue.
+
+A llama.cpp context is not thread-safe and two generations on one pair would only share the same
+two cores, so generations run one at a time, in arrival order, on a single worker thread
+(a one-thread executor). :meth:`Worker.submit` refuses a job when ``max_queue`` jobs are already
+waiting (:class:`QueueFull`: the server answers 429) or once shutdown began (:class:`Closed`).
+Every job carries its own cancellation event; a job also ends once it ran ``timeout_s`` seconds,
+and :meth:`Worker.close` drops the waiting jobs and gives the running one ``grace_s`` seconds
+before cancelling it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.serving.engine import Completion, Engine, StepCallback
+
+
+class QueueFull(Exception):
+    """The queue already holds ``max_queue`` waiting jobs."""
+
+
+class Closed(Exception):
+    """The worker is shutting down and takes no new jobs."""
+
+
+@dataclass
+class Job:
+    """One generation request, as the engine takes it, with its own cancellation event."""
+
+    prompt: Sequence[int]
+    max_tokens: int
+    sampling: SamplingParams
+    seed: int | None = None
+    stop: Sequence[str] = ()
+    on_step: StepCallback | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    timed_out: bool = False
+    submitted: float = 0.0  # time.monotonic() at submission
+    started: float = 0.0  # and when it began running
+
+
+class Worker:
+    """Runs :class:`Job` s on ``engine``, one at a time, in arrival order."""
+
+    def __init__(self, engine: Engine, max_queue: int, timeout_s: float | None = None) -> None:
+        if max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.engine, self.max_queue, self.timeout_s = engine, max_queue, timeout_s
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self._lock = threading.Lock()
+        self._outstanding = 0  # submitted and not finished: the running job plus the waiting
+        self._running: Job | None = None
+        self._closed = False
+
+    @property
+    def waiting(self) -> int:
+        """Jobs submitted and not yet started."""
+        with self._lock:
+            return self._outstanding - (self._running is not None)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is running now."""
+        return self._running is not None
+
+    def submit(self, job: Job) -> Future[Completion]:
+        """Queue ``job``; its future gives the :class:`Completion` (or the engine's error)."""
+        with self._lock:
+            if self._closed:
+                raise Closed("the server is shutting down")
+            if self._outstanding > self.max_queue:  # one running, max_queue waiting
+                raise QueueFull(f"{self.max_queue} requests are already waiting")
+            self._outstanding += 1
+        job.submitted = time.monotonic()
+        try:
+            future = self._executor.submit(self._run, job)
+        except RuntimeError as error:  # the executor shut down in between
+            with self._lock:
+                self._outstanding -= 1
+            raise Closed("the server is shutting down") from error
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _: Future[Completion]) -> None:
+        with self._lock:
+            self._outstanding -= 1
+
+    def _run(self, job: Job) -> Completion:
+        with self._lock:
+            self._running = job
+        job.started = time.monotonic()
+        try:
+            return self.engine.generate(
+                job.prompt,
+                job.max_tokens,
+                sampling=job.sampling,
+                seed=job.seed,
+                stop=job.stop,
+                on_step=job.on_step,
+                cancel=self._cancel_check(job),
+            )
+        finally:
+            with self._lock:
+                self._running = None
+
+    def _cancel_check(self, job: Job) -> Callable[[], bool]:
+        deadline = None if self.timeout_s is None else job.started + self.timeout_s
+
+        def cancelled() -> bool:
+            if deadline is not None and time.monotonic() > deadline:
+                job.timed_out = True
+                return True
+            return job.cancel.is_set()
+
+        return cancelled
+
+    @property
+    def closed(self) -> bool:
+        """Whether shutdown began."""
+        return self._closed
+
+    def close(self, grace_s: float) -> None:
+        """Take no new jobs, drop the waiting ones, and cancel the running one unless it
+        finished within ``grace_s`` seconds; returns at once (:meth:`join` waits)."""
+        with self._lock:
+            self._closed = True
+            running = self._running
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if running is not None:
+            timer = threading.Timer(grace_s, running.cancel.set)
+            timer.daemon = True
+            timer.start()
+
+    def join(self) -> None:
+        """Wait until the worker thread has finished its last job."""
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,110 @@
+"""The worker's queue, timeout and shutdown, and the server's 429, on an engine that generates
+only when told to (so that "busy" lasts as long as the test needs, whatever the machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.trace import Trace
+from spec_decode.serving.engine import Completion
+from spec_decode.serving.worker import Closed, Job, QueueFull, Worker
+
+
+class HeldEngine:
+    """Emits nothing until ``release`` is set or its job is cancelled."""
+
+    context_window = 64
+    target = SimpleNamespace(model=SimpleNamespace(vocab_size=10))
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    def generate(self, prompt, max_tokens, *, cancel, **_) -> Completion:
+        self.started.set()
+        while not self.release.wait(0.005):
+            if cancel():
+                return Completion([], "", "cancelled", len(prompt), 0, Trace(), 0.0)
+        return Completion([1], "x", "length", len(prompt), 0, Trace(), 0.0)
+
+    def encode(self, text: str, raw: bool = False) -> list[int]:
+        return [1, 2]
+
+    def encode_chat(self, messages) -> list[int]:
+        return [1, 2]
+
+    def check_fits(self, n_prompt: int, max_tokens: int) -> None:
+        pass
+
+
+def job() -> Job:
+    return Job([1, 2], 4, SamplingParams())
+
+
+def test_the_queue_is_bounded_and_first_in_first_out():
+    engine = HeldEngine()
+    worker = Worker(engine, max_queue=1)
+    running = worker.submit(job())
+    engine.started.wait(10)
+    waiting = worker.submit(job())
+    with pytest.raises(QueueFull):
+        worker.submit(job())
+    engine.release.set()
+    assert running.result(10).finish_reason == "length"
+    assert waiting.result(10).finish_reason == "length"
+    assert worker.submit(job()).result(10).tokens == [1]  # room again
+    worker.close(0)
+    worker.join()
+
+
+def test_a_generation_past_its_timeout_is_cancelled():
+    worker = Worker(HeldEngine(), max_queue=0, timeout_s=0.05)
+    held = job()
+    assert worker.submit(held).result(10).finish_reason == "cancelled" and held.timed_out
+    worker.close(0)
+    worker.join()
+
+
+def test_shutdown_drops_the_waiting_and_cancels_the_running_after_the_grace():
+    engine = HeldEngine()
+    worker = Worker(engine, max_queue=4)
+    running = worker.submit(job())
+    engine.started.wait(10)
+    waiting = worker.submit(job())
+    worker.close(grace_s=0.0)
+    with pytest.raises(Closed):
+        worker.submit(job())
+    worker.join()
+    assert waiting.cancelled() and running.result(10).finish_reason == "cancelled"
+
+
+def test_a_full_queue_is_a_429_with_retry_after():
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    from spec_decode.serving.server import Settings, create_app
+
+    engine = HeldEngine()
+    worker = Worker(engine, max_queue=0)
+    app = create_app(worker, Settings("held"))
+    body = {"model": "held", "prompt": "ab", "max_tokens": 2}
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            first = asyncio.create_task(client.post("/v1/completions", json=body))
+            await asyncio.to_thread(engine.started.wait, 10)
+            refused = await client.post("/v1/completions", json=body)
+            engine.release.set()
+            return await first, refused
+
+    served, refused = asyncio.run(scenario())
+    assert served.status_code == 200 and served.json()["choices"][0]["text"] == "x"
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    worker.close(0)
+    worker.join()
