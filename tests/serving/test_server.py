@@ -282,3 +282,8 @@ def test_api_key_and_sigterm_during_a_stream(tiny_pair):
     finally:
         if secured.process.poll() is None:
             secured.process.kill()
+
+
+def test_serve_refuses_a_missing_model_with_exit_2(tmp_path):
+    result = CliRunner().invoke(app, ["serve", "--target", str(tmp_path / "nope.gguf")])
+    assert result.exit_code == 2 and "nope.gguf" in result.output

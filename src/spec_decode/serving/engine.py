@@ -148,7 +148,9 @@ class Completion:
 
     ``tokens`` are every emitted token (an end-of-generation token included); ``text`` their
     text, cut before a stop string; ``finish_reason`` one of :data:`FINISH_REASONS`;
-    ``cached_tokens`` how many prompt tokens were reused from the previous request's KV cache.
+    ``cached_tokens`` how many prompt tokens were reused from the previous request's KV cache;
+    ``seconds`` the generation's wall time, ``first_step_seconds`` that of its first step (the
+    prompt read plus one target pass; 0 when none ran).
     """
 
     tokens: list[int]
@@ -158,6 +160,7 @@ class Completion:
     cached_tokens: int
     trace: Trace
     seconds: float
+    first_step_seconds: float = 0.0
 
     def figures(self) -> dict[str, object]:
         """Every reported figure of this generation, for JSON output."""
@@ -310,7 +313,11 @@ class Engine:
             halting = _halting(step, lambda: _halt_reason(text, is_cancelled))
             cached = self._prepare_caches(ids)
 
+            first_step: list[float] = []
+
             def on_tokens(tokens: list[int]) -> None:
+                if not first_step:
+                    first_step.append(time.perf_counter() - start)
                 piece = text.add(tokens)
                 if on_step is not None:
                     on_step(tokens, piece)
@@ -336,7 +343,8 @@ class Engine:
                 on_step([], last)
             if trace.tokens and self.config.shared_history:
                 self.history.add(ids + trace.tokens)
-        return Completion(trace.tokens, text.text, reason, len(ids), cached, trace, seconds)
+        first = first_step[0] if first_step else 0.0
+        return Completion(trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first)
 
     def _prepare_caches(self, prompt: list[int]) -> int:
         """Keep what each model's cache may reuse for ``prompt`` (nothing without

@@ -12,7 +12,8 @@ job's cancellation event, which the engine checks before every step.
 ``usage`` carries ``prompt_tokens``, ``completion_tokens``, ``total_tokens``, the prompt tokens
 reused from the previous request's KV cache (``prompt_tokens_details.cached_tokens``) and a
 ``speculative`` block: target passes, drafted and accepted tokens, acceptance rate, tokens per
-pass and steps by drafter.
+pass and steps by drafter. A non-standard ``timings`` object (as llama-server sends one) says
+where the request's time went on the server: queued, first step, whole generation.
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         if body.return_token_ids:
             choice["token_ids"] = completion.tokens
         payload = head | {"object": kind, "choices": [choice], "usage": usage(completion)}
-        return JSONResponse(payload)
+        return JSONResponse(payload | {"timings": timings(completion, job)})
 
     def make_job(body: SamplingFields, prompt: list[int]) -> Job:
         param = "messages" if isinstance(body, ChatRequest) else "prompt"
@@ -261,7 +262,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         end: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(completion)}
         end |= {"delta": {}} if chat else {"text": "", "logprobs": None}
         final = head | {"object": kind, "choices": [end], "usage": usage(completion)}
-        yield json.dumps(final)
+        yield json.dumps(final | {"timings": timings(completion, job)})
         yield "[DONE]"
 
     return app
@@ -282,6 +283,16 @@ def usage(completion: Completion) -> dict[str, Any]:
         "total_tokens": completion.prompt_tokens + n,
         "prompt_tokens_details": {"cached_tokens": completion.cached_tokens},
         "speculative": speculative_figures(completion.trace),
+    }
+
+
+def timings(completion: Completion, job: Job) -> dict[str, float]:
+    """Where a request's time went on the server, in milliseconds: waiting in the queue, the
+    first step (prompt read plus one pass) and the whole generation."""
+    return {
+        "queued_ms": 1e3 * (job.started - job.submitted),
+        "first_step_ms": 1e3 * completion.first_step_seconds,
+        "generation_ms": 1e3 * completion.seconds,
     }
 
 
