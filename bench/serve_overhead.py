@@ -9,7 +9,7 @@ plus one step; through the server: from sending the request to the first streame
 generation tokens/s after it (tokens after the first over the time from the first to the
 last). Each prompt is new once (only the chat template's opening is cached) and then repeated
 (all but its last 8 tokens are cached). On a shared machine the two sides' wall times move with
-other load; the server's ``timings`` give a comparison within each request too: the client's
+other load; the server's ``engine_timings`` give a comparison within each request too: the client's
 tokens/s against the engine's inside the server, and the time to first text minus the queue
 wait and the engine's first step.
 
@@ -76,7 +76,7 @@ def through_server(url: str, prompt: str, tokens: int) -> dict[str, float]:
                 last = time.perf_counter()
                 first = first or last
                 ids += choice["token_ids"]
-            server = chunk.get("timings", {})
+            server = chunk.get("engine_timings", {})
     measured = record(start, first, last, len(ids), ids)
     # the same request as the engine inside the server saw it: what the HTTP layer added
     engine_s = (server["generation_ms"] - server["first_step_ms"]) / 1e3

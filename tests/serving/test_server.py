@@ -141,6 +141,8 @@ def test_completions_streamed_and_whole_with_stop(server):
     whole = client.completions.create(model=MODEL, prompt="abcabc", max_tokens=30, temperature=0)
     text = whole.choices[0].text
     assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 30
+    timings = whole.model_extra["engine_timings"]
+    assert 0 < timings["first_step_ms"] <= timings["generation_ms"] and timings["queued_ms"] >= 0
     pieces = client.completions.create(
         model=MODEL, prompt="abcabc", max_tokens=30, temperature=0, stream=True
     )

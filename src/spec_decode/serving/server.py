@@ -12,8 +12,9 @@ job's cancellation event, which the engine checks before every step.
 ``usage`` carries ``prompt_tokens``, ``completion_tokens``, ``total_tokens``, the prompt tokens
 reused from the previous request's KV cache (``prompt_tokens_details.cached_tokens``) and a
 ``speculative`` block: target passes, drafted and accepted tokens, acceptance rate, tokens per
-pass and steps by drafter. A non-standard ``timings`` object (as llama-server sends one) says
-where the request's time went on the server: queued, first step, whole generation.
+pass and steps by drafter. A non-standard ``engine_timings`` object says where the request's
+time went on the server: queued, first step, whole generation (not llama-server's ``timings``,
+whose fields differ).
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         if body.return_token_ids:
             choice["token_ids"] = completion.tokens
         payload = head | {"object": kind, "choices": [choice], "usage": usage(completion)}
-        return JSONResponse(payload | {"timings": timings(completion, job)})
+        return JSONResponse(payload | {"engine_timings": timings(completion, job)})
 
     def make_job(body: SamplingFields, prompt: list[int]) -> Job:
         param = "messages" if isinstance(body, ChatRequest) else "prompt"
@@ -262,7 +263,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         end: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(completion)}
         end |= {"delta": {}} if chat else {"text": "", "logprobs": None}
         final = head | {"object": kind, "choices": [end], "usage": usage(completion)}
-        yield json.dumps(final | {"timings": timings(completion, job)})
+        yield json.dumps(final | {"engine_timings": timings(completion, job)})
         yield "[DONE]"
 
     return app
