@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 #: A transformers tokenizer or :class:`spec_decode.backends.llamacpp.LlamaCppTokenizer`: both
@@ -30,13 +31,19 @@ def render_chat_template(template: str, messages: list[dict[str, str]], **specia
     """A model's Jinja chat template rendered the way transformers renders it (sandboxed,
     ``trim_blocks`` and ``lstrip_blocks``), with the assistant turn's opening appended; for
     tokenizers without their own renderer, such as llama.cpp's. ``special`` supplies variables
-    like ``bos_token`` that some templates use."""
+    like ``bos_token`` that some templates use. Each template is compiled once per process:
+    compiling a chat template costs far more than rendering it, and a server renders one per
+    request."""
+    return _compiled(template).render(messages=messages, add_generation_prompt=True, **special)
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(template: str) -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     environment.globals["raise_exception"] = _raise_template_error
-    compiled = environment.from_string(template)
-    return compiled.render(messages=messages, add_generation_prompt=True, **special)
+    return environment.from_string(template)
 
 
 def _raise_template_error(message: str) -> None:
