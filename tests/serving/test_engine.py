@@ -78,17 +78,17 @@ def test_a_warm_turn_computes_bitwise_the_rows_of_a_cold_one(engine, cold, monke
     assert all(np.array_equal(a, b) for a, b in zip(warm_rows, cold_rows, strict=True))
 
 
-def test_reuse_keeps_only_rows_read_in_batch_invariant_calls(engine, monkeypatch):
+def test_reuse_keeps_only_whole_tiles_of_batch_invariant_calls(engine, monkeypatch):
     model = engine.target.model
     monkeypatch.setattr(model, "invariant_batch_size", 8)
     model.reset()
-    prompt = list(range(4, 24))  # 20 tokens, read in one call
+    prompt = list(range(4, 24))  # 20 tokens read in one call: two whole tiles of 8, and 4 more
     model.next_dist(prompt)
     for n in range(1, 6):  # five generated tokens, fed one at a time
         model.next_dist(prompt + [5] * n)
-    assert model.keep_reusable(prompt + [5] * 5 + list(range(4, 20))) == 20  # not the generated
-    model.next_dist(prompt + [6] * 3)
-    assert model.keep_reusable(prompt + [6] * 3) == 15  # 8 prompt tokens are left to read
+    assert model.keep_reusable(prompt + [5] * 5 + list(range(4, 20))) == 16
+    model.next_dist(prompt + [6] * 3)  # 7 tokens read in one call: no whole tile
+    assert model.keep_reusable(prompt + [6] * 3) == 8  # a multiple of 8, and 8+ left to read
     model.reset()
     model.next_dist(prompt[:6])  # a call of 6 rows: not batch-invariant with longer calls
     assert model.keep_reusable(prompt) == 0 and model.cached_tokens == []

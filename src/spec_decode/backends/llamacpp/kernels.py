@@ -13,8 +13,9 @@ import numpy as np
 
 #: Blocks no longer than this are bitwise equal to one-token scoring, by build (see above).
 _EXACT_BLOCKS = {(False, False): 7, (False, True): 3}
-#: Calls of at least this many rows compute every row bitwise the same whatever their number,
-#: by build: measured for the recommended build only (without llamafile, with repack).
+#: Calls of at least this many rows compute each whole tile of that many rows from the call's
+#: start bitwise the same whatever the call's length, by build: measured for the recommended
+#: build only (without llamafile, with repack).
 _INVARIANT_BATCHES = {(False, True): 8}
 
 
@@ -35,15 +36,17 @@ def exact_block_size() -> int:
 
 
 def invariant_batch_size() -> int | None:
-    """The fewest rows from which this build's calls are batch-invariant among themselves, or
-    None where that was not measured.
+    """B such that this build's calls of B or more rows compute the rows of each whole tile of B
+    counted from the call's start bitwise the same whatever the call's length, or None where
+    that was not measured.
 
-    Without llamafile and with repack (the recommended build), on the packaged Qwen target: a
-    prefix read in one call of 8 rows, then a call of S rows, gives bitwise the rows of one cold
-    call over both for S = 8, 9, 12, 16 and 33, and different rows for S = 1..7 (and for a
-    prefix read in 4 rows, S >= 4). So a KV cache row computed in a call of 8 or more rows is
-    the row a cold read of a longer prompt computes, which is what lets a server reuse a
-    conversation's prefix exactly (:meth:`~.model.LlamaCppModel.keep_reusable`).
+    Without llamafile and with repack (the recommended build), on the packaged Qwen target, a
+    prefix read in one call of L rows, then S more rows in a second call, against one cold call
+    over both: L = 8 gives bitwise the cold rows for S = 8, 9, 12, 16 and 33 and other rows for
+    S = 1..7; L = 4 other rows for S >= 4; L = 13 other rows for S = 4, 8, 9 and 12 (its 13th
+    row lies outside a whole tile). Hence B = 8, and a KV cache row is the row a cold read of a
+    longer prompt computes when it lay in a whole tile of 8 of a call that began at a multiple
+    of 8 (:meth:`~.model.LlamaCppModel.keep_reusable`).
     """
     features = build_features()
     return _INVARIANT_BATCHES.get(("LLAMAFILE" in features, "REPACK" in features))

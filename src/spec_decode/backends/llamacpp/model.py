@@ -87,7 +87,7 @@ class LlamaCppModel(PrefixCachedModel):
         self.invariant_batch_size = invariant_batch_size()
         self.stats = ForwardStats()
         self._cached: list[int] = []
-        self._invariant = 0  # the first cached tokens were all fed in batch-invariant calls
+        self._invariant = 0  # the first cached tokens were all computed in invariant tiles
 
     def _new_context(self) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
@@ -132,19 +132,21 @@ class LlamaCppModel(PrefixCachedModel):
     def keep_reusable(self, prompt: Sequence[int]) -> int:
         """Cut the cache back to what reading ``prompt`` next may reuse; return its length.
 
-        A cold run reads the whole prompt in one call. A token's keys and values depend on how
-        many rows its call computed (see :func:`~.kernels.invariant_batch_size`), so a cached
-        token may be reused only if it was fed in a call of at least
-        :attr:`invariant_batch_size` rows, as were all before it (generated tokens, fed one to
-        three at a time, are not), and at least that many prompt tokens must remain to read, so
-        that they too are computed the batch-invariant way. Every row is then bitwise the row
-        the cold run computes. With no invariant batch size for this build, nothing is kept.
+        A cold run reads the whole prompt in one call, and a token's keys and values depend on
+        how its call computed it (see :func:`~.kernels.invariant_batch_size`, B below): calls of
+        B or more rows compute rows in whole tiles of B from the call's start bitwise the same
+        whatever the call's length. So a cached token is reused only if it lay in such a tile of
+        such a call, as did every token before it (generated tokens, fed 1-3 at a time, never
+        do); the kept length is a multiple of B, and at least B prompt tokens are left to read,
+        so that the rest is read in tiles aligned with the cold run's. Every row is then bitwise
+        the row the cold run computes. With no B for this build, nothing is kept.
         """
         size = self.invariant_batch_size
         keep = 0
         if size is not None:
             prompt = list(prompt)
             keep = min(common_prefix(self._cached, prompt), self._invariant, len(prompt) - size)
+            keep -= keep % size
         if keep <= 0:
             self.reset()
             return 0
@@ -163,9 +165,9 @@ class LlamaCppModel(PrefixCachedModel):
             for i in range(begin, end):
                 self._put(i - begin, new[i], keep + i, (0,), i >= first_row)
             self._decode(end - begin, start)
-            size = self.invariant_batch_size
-            if size is not None and end - begin >= size and self._invariant == keep + begin:
-                self._invariant = keep + end
+            size, at = self.invariant_batch_size, keep + begin
+            if size and end - begin >= size and at == self._invariant and at % size == 0:
+                self._invariant = at + (end - begin) // size * size  # its whole tiles
             if end > first_row:
                 rows.append(self._read_rows(end - max(begin, first_row)))
             start = time.perf_counter()
