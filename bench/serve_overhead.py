@@ -54,7 +54,7 @@ def in_process(engine: Engine, prompt: str, tokens: int) -> dict[str, float]:
     return record(start, stamps[0], stamps[-1], len(done.tokens), done.tokens)
 
 
-def through_server(url: str, prompt: str, tokens: int) -> dict[str, float]:
+def through_server(client: httpx.Client, url: str, prompt: str, tokens: int) -> dict[str, float]:
     body = {
         "model": "qwen2.5-coder-1.5b",
         "messages": [{"role": "user", "content": prompt}],
@@ -66,7 +66,7 @@ def through_server(url: str, prompt: str, tokens: int) -> dict[str, float]:
     ids: list[int] = []
     first = last = 0.0
     start = time.perf_counter()
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
         for line in response.iter_lines():
             if not line.startswith("data: {"):
                 continue
@@ -111,17 +111,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    info = machine()  # the load average at the start
     engine = Engine.load(EngineConfig(draft=args.draft, threads=args.threads))
     engine.warm_up()
     process, url = start_server(args.draft, args.threads)
     rows: dict[str, list[dict[str, float]]] = {}
+    client = httpx.Client()  # one client: building one per request costs more than the server
     try:
         for rep in range(args.reps):
             for i, prompt in enumerate(PROMPTS):
                 unseen = f"{prompt} (variant {rep})"  # a prompt the server has not cached
                 for turn in ("new", "repeated"):
                     ours = in_process(engine, unseen, args.tokens)
-                    served = through_server(url, unseen, args.tokens)
+                    served = through_server(client, url, unseen, args.tokens)
                     assert ours["ids"] == served["ids"], "server and engine disagree"
                     rows.setdefault(f"in-process {turn}", []).append(ours)
                     rows.setdefault(f"server {turn}", []).append(served)
@@ -155,7 +157,7 @@ def main() -> None:
         }
         for name, runs in rows.items()
     }
-    results = {"machine": machine(), "draft": args.draft, "tokens": args.tokens, "rows": summary}
+    results = {"machine": info, "draft": args.draft, "tokens": args.tokens, "rows": summary}
     results["threads"] = args.threads
     write_results(f"serve_overhead_{args.draft}", results, markdown)
 
