@@ -7,6 +7,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+#: Slow: transformers' sampler audited over the grid, in torch.
+pytestmark = pytest.mark.slow
+
 from spec_decode.certify.audit import EXACT_TV_TOLERANCE, audit
 from spec_decode.certify.grid import audit_cases
 from spec_decode.certify.third_party.transformers_rule import (
@@ -18,7 +21,6 @@ from spec_decode.certify.third_party.transformers_rule import (
 CASES = [c for c in audit_cases() if c.vocab <= 3 and c.k <= 2]
 
 
-@pytest.mark.slow
 def test_hf_speculative_sampling_is_exact_by_enumeration():
     report = audit(rule=hf_speculative_sampling, cases=CASES)
     assert report.verdict == "PASS", report
