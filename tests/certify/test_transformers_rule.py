@@ -7,15 +7,15 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-#: Slow: transformers' sampler audited over the grid, in torch.
-pytestmark = pytest.mark.slow
-
 from spec_decode.certify.audit import EXACT_TV_TOLERANCE, audit
 from spec_decode.certify.grid import audit_cases
 from spec_decode.certify.third_party.transformers_rule import (
     hf_ensemble_verification,
     hf_speculative_sampling,
 )
+
+#: Slow: transformers' sampler audited over the grid, in torch.
+pytestmark = pytest.mark.slow
 
 #: Plain, warped and greedy cases with small path counts: the wrapper costs ~1 ms per call.
 CASES = [c for c in audit_cases() if c.vocab <= 3 and c.k <= 2]
