@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
+from spec_decode.core.randomness import fold_seed
 from spec_decode.core.sampling import SamplingParams
 
 #: The sampling controls every grid rotates through: plain, warped (temperature and top-k,
@@ -186,8 +187,11 @@ def audit_cases(seed: int = 0, vocab: int | None = None) -> list[AuditCase]:
     then the deep (k up to 8) and wide (V = 5, 6) cases.
 
     With ``vocab`` given (a drafter bound to its own vocabulary), every case uses it, and above
-    V = 2 the deep cases stop at k = 4, where their path counts stay within the budget.
+    V = 2 the deep cases stop at k = 4, where their path counts stay within the budget. Any
+    integer ``seed`` is accepted (:func:`~spec_decode.core.randomness.fold_seed`), so a seed
+    numpy would refuse is never mistaken for a fault of the audited code.
     """
+    seed = fold_seed(seed)
     cases = []
     families = [kind for kind in PAIR_FAMILIES if kind != "deterministic draft"]
     for i, (kind, warped) in enumerate(itertools.product(families, (False, True))):

@@ -12,11 +12,19 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
+from spec_decode.core.randomness import fold_seed
 from spec_decode.core.sampling import SamplingParams
 
 console = Console()
 
-Seed = Annotated[int, typer.Option(help="Seed of every random choice; same seed, same output.")]
+Seed = Annotated[
+    int,
+    typer.Option(
+        callback=fold_seed,
+        help="Seed of every random choice; same seed, same output. Any integer: negative ones "
+        "and those beyond 128 bits are taken modulo 2**128.",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 K = Annotated[int, typer.Option("--k", min=1, help="Tokens drafted per step (k >= 1).")]
 Tokens = Annotated[int, typer.Option(min=1, help="Tokens to generate.")]
