@@ -8,7 +8,7 @@ that is zero where the target is not, near ties.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -214,3 +214,24 @@ def describe(sampling: SamplingParams) -> str:
     parts += [f"top-p {sampling.top_p:g}"] if sampling.top_p < 1 else []
     parts += [f"min-p {sampling.min_p:g}"] if sampling.min_p > 0 else []
     return ", ".join(parts)
+
+
+def pick_cases(picks: Sequence[str], seed: int = 0, vocab: int | None = None) -> list[AuditCase]:
+    """The cases of :func:`audit_cases` named by index or by a piece of their name, in order and
+    without repeats (the whole grid when ``picks`` is empty); a ValueError listing every case
+    when a pick matches none."""
+    grid = audit_cases(seed, vocab)
+    if not picks:
+        return grid
+    chosen: list[AuditCase] = []
+    for pick in picks:
+        matches = (
+            [grid[int(pick)]]
+            if pick.isdigit() and int(pick) < len(grid)
+            else [c for c in grid if pick.lower() in c.name.lower()]
+        )
+        if not matches:
+            names = "; ".join(f"{i}: {c.name}" for i, c in enumerate(grid))
+            raise ValueError(f"no case matches {pick!r}; the cases are {names}")
+        chosen += [c for c in matches if c not in chosen]
+    return chosen

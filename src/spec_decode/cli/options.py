@@ -10,12 +10,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from spec_decode.core.randomness import fold_seed
 from spec_decode.core.sampling import SamplingParams
 
 console = Console()
+#: Progress and status go to standard error, so standard output stays the result alone.
+err_console = Console(stderr=True)
 
 Seed = Annotated[
     int,
@@ -82,10 +84,21 @@ def print_json(payload: dict) -> None:
 
 @contextmanager
 def progress(description: str, total: int, enabled: bool) -> Iterator[Callable[[], None]]:
-    """A Rich progress bar (silent when ``enabled`` is False); yields the advance callback."""
-    with Progress(console=console, transient=True, disable=not enabled) as progress:
+    """A Rich progress bar on standard error (silent when ``enabled`` is False); yields the
+    advance callback."""
+    with Progress(console=err_console, transient=True, disable=not enabled) as progress:
         task = progress.add_task(description, total=total)
         yield lambda: progress.advance(task)
+
+
+@contextmanager
+def status(description: str, enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A one-line status with a spinner and the time elapsed, on standard error (silent when
+    ``enabled`` is False); yields the callback that replaces its text."""
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True, disable=not enabled) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda text: bar.update(task, description=text)
 
 
 #: Largest sizes the toy commands accept. They are checked before any work starts, so a typo
