@@ -147,3 +147,8 @@ def test_in_process_a_system_exit_is_a_fail_too():
 
     report = audit(rule=exits, cases=audit_cases()[:1])
     assert report.verdict == "FAIL" and "SystemExit: 3" in report.problem
+
+
+def test_infinite_limits_mean_no_limit():
+    code, report = audit_json("--case", "0", "--timeout", "inf", "--case-timeout", "inf")
+    assert code == 0 and report["verdict"] == "PASS"

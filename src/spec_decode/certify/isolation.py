@@ -56,6 +56,10 @@ CASE_TIMEOUT = 2.5 * CASE_SECONDS
 #: Seconds a whole audit (every entry of the zoo together) may run.
 AUDIT_TIMEOUT = 3600.0
 
+#: The longest single wait on the child's pipe; longer limits (infinity included) are waited
+#: out in slices of this.
+_POLL_SECONDS = 60.0
+
 #: What is audited: a callable or object, or "module:attribute" to import in the child.
 Code = Callable[..., Any] | object | str | None
 
@@ -169,7 +173,9 @@ class IsolatedAuditor:
         case_deadline = math.inf if fresh else time.monotonic() + self.case_timeout
         while True:
             wait = min(case_deadline, self.deadline) - time.monotonic()
-            if not connection.poll(max(wait, 0.0)):
+            if not connection.poll(min(max(wait, 0.0), _POLL_SECONDS)):
+                if wait > _POLL_SECONDS:  # a limit far off (or infinite): wait on
+                    continue
                 limit = (
                     f"the per-case time limit of {self.case_timeout:g} s (--case-timeout)"
                     if case_deadline <= self.deadline
