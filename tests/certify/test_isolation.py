@@ -39,6 +39,10 @@ def dies(p, q, d, rng):
     os._exit(0)
 
 
+def drafter_exits(model, prefix, k, rng):
+    raise SystemExit(1)
+
+
 def prints(p, q, d, rng):
     print("noise on standard output")
     return exact_rule(p, q, d, rng)
@@ -69,6 +73,12 @@ def test_a_rule_that_exits_or_interrupts_fails_with_the_case_named(rules, rule, 
     assert report["verdict"] == "FAIL" and report["pass"] is False
     assert raised in report["problem"] and f"case: {FIRST_CASE}" in report["problem"]
     assert f"in {rule}" in report["problem"]
+
+
+def test_a_drafter_that_exits_fails_too(rules):
+    code, report = audit_json("--drafter", "misbehaving:drafter_exits", "--case", "0")
+    assert code == 1
+    assert report["verdict"] == "FAIL" and "SystemExit: 1" in report["problem"]
 
 
 @pytest.mark.slow
