@@ -57,8 +57,9 @@ from spec_decode.core.tree import TreeShape
 #: float64 code that computes in other orders). Float32 code needs ``tolerance`` ~1e-6.
 EXACT_TV_TOLERANCE = 1e-9
 #: Per-case enumeration budget; past it the audit turns statistical and says so. The path count
-#: is the binding, deterministic limit; the seconds are a safety net set well above what any grid
-#: case takes on a loaded machine, so a verdict does not depend on the machine's load.
+#: is the binding, deterministic limit; the seconds (CPU time, which other processes on the
+#: machine do not consume) are a safety net set well above what any grid case takes, so a
+#: verdict does not depend on the machine's load.
 CASE_PATHS = 50_000
 CASE_SECONDS = 120.0
 #: The TV the statistical audit is sized to detect with probability >= POWER in every case ...
