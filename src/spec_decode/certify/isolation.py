@@ -163,7 +163,7 @@ class IsolatedAuditor:
     ) -> AuditReport:
         """The report on ``job``; ERROR when the child had to be stopped or died."""
         method = "statistical" if job.settings.statistical else "exhaustive"
-        running = "before the first case (importing and setting up the code under test)"
+        running = "the set-up before the first case (starting the child, importing the code)"
         results: list[CaseResult] = []
         if time.monotonic() >= self.deadline:
             return self._error(method, f"not run: {self._overall()} was reached", results)
