@@ -18,6 +18,13 @@ family-wise false-alarm rate is ``false_alarm_rate`` (Bonferroni over the cases)
 case draws the samples that detect TV >= :data:`STATISTICAL_TV` with probability >= 0.99
 (noncentral chi-square bound), but at most its share of :data:`STATISTICAL_RUNS` (a few minutes
 in all); the TV it does detect at that power is reported per case, with the p-values.
+
+**Isolated** (``isolate=True``; the command line always isolates): the code under test runs in a
+child process (:mod:`~spec_decode.certify.isolation`) with a time limit per case and overall, so
+it can neither end the audit (``SystemExit``, ``KeyboardInterrupt``: a FAIL, like any crash) nor
+outlast it (a hang, or a child that dies: verdict ERROR, no verdict reached). In this process
+(the default, for callers that audit closures and lambdas) a ``SystemExit`` from the code is a
+FAIL too, but a ``KeyboardInterrupt`` ends the audit, since it may be the user's.
 """
 
 from __future__ import annotations
@@ -50,8 +57,9 @@ from spec_decode.core.tree import TreeShape
 #: float64 code that computes in other orders). Float32 code needs ``tolerance`` ~1e-6.
 EXACT_TV_TOLERANCE = 1e-9
 #: Per-case enumeration budget; past it the audit turns statistical and says so. The path count
-#: is the binding, deterministic limit; the seconds are a safety net set well above what any grid
-#: case takes on a loaded machine, so a verdict does not depend on the machine's load.
+#: is the binding, deterministic limit; the seconds (CPU time, which other processes on the
+#: machine do not consume) are a safety net set well above what any grid case takes, so a
+#: verdict does not depend on the machine's load.
 CASE_PATHS = 50_000
 CASE_SECONDS = 120.0
 #: The TV the statistical audit is sized to detect with probability >= POWER in every case ...
@@ -89,13 +97,15 @@ class CaseResult:
 class AuditReport:
     """The verdict on the audited code, with the evidence behind it.
 
-    ``method`` is "exhaustive" (``exhaustive_tv`` is exact; FAIL means TV above ``tolerance``;
-    ``rounding_tv`` is the exact rule's TV on float32-rounded inputs in the worst case) or
-    "statistical" (``fallback`` says why, when not asked for; ``false_alarm_rate`` is the chance
-    an exact rule is flagged over the whole audit; ``detectable_tv`` the largest TV a case detects
-    only with probability < 0.99; ``min_p_value`` the smallest p-value). ``worst_case`` is the case
-    with the largest TV, or the smallest p-value. ``problem`` names a crash or malformed output
-    (a FAIL) with the case, the inputs and the last frame.
+    ``verdict`` is "PASS", "FAIL", or "ERROR" when no verdict was reached (an isolated audit
+    whose code under test ran past a time limit or ended its process; ``problem`` says which
+    case and why). ``method`` is "exhaustive" (``exhaustive_tv`` is exact; FAIL means TV above
+    ``tolerance``; ``rounding_tv`` is the exact rule's TV on float32-rounded inputs in the worst
+    case) or "statistical" (``fallback`` says why, when not asked for; ``false_alarm_rate`` is
+    the chance an exact rule is flagged over the whole audit; ``detectable_tv`` the largest TV a
+    case detects only with probability < 0.99; ``min_p_value`` the smallest p-value).
+    ``worst_case`` is the case with the largest TV, or the smallest p-value. ``problem`` names a
+    crash or malformed output (a FAIL) with the case, the inputs and the last frame.
     """
 
     verdict: str
@@ -113,6 +123,21 @@ class AuditReport:
     cases: list[CaseResult] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class AuditSettings:
+    """How to audit, whatever the code: see :func:`audit` for each field."""
+
+    statistical: bool = False
+    seed: int = 0
+    false_alarm_rate: float = 1e-3
+    tolerance: float = EXACT_TV_TOLERANCE
+    statistical_runs: int = STATISTICAL_RUNS
+
+
+#: Called as each case starts, with its name and the method ("exhaustive" or "statistical").
+StartCallback = Callable[[str, str], None]
+
+
 def audit(
     rule: Callable[..., Any] | None = None,
     drafter: Drafter | DrafterFunction | None = None,
@@ -125,6 +150,9 @@ def audit(
     cases: Sequence[AuditCase] | None = None,
     on_case: Callable[[CaseResult], None] | None = None,
     statistical_runs: int = STATISTICAL_RUNS,
+    isolate: bool = False,
+    case_timeout: float | None = None,
+    timeout: float | None = None,
 ) -> AuditReport:
     """Certify or refute ``rule`` (default: the exact rule) with ``drafter`` (default: sampling),
     or the tree rule ``tree_rule`` (our tree drafter, shape :data:`TREE_SHAPE`).
@@ -134,29 +162,67 @@ def audit(
     an object with ``vocab_size`` and ``propose(prefix, k, rng)``, or a plain callable
     ``(draft_model, prefix, k, rng) -> (tokens, q)`` handed the draft model already warped.
     ``cases`` replaces the grid; ``on_case`` is called with each case's result as it finishes;
-    ``statistical_runs`` is the statistical audit's run budget over all cases.
+    ``statistical_runs`` is the statistical audit's run budget over all cases. Any integer
+    ``seed`` is accepted (folded into numpy's seed space).
+
+    ``isolate`` runs the code in a child process (it must then be picklable: module-level
+    functions and objects are), stopped past ``case_timeout`` seconds on one case or
+    ``timeout`` seconds in all (defaults :data:`~spec_decode.certify.isolation.CASE_TIMEOUT`
+    and :data:`~spec_decode.certify.isolation.AUDIT_TIMEOUT`) with the verdict ERROR.
     """
+    settings = AuditSettings(statistical, seed, false_alarm_rate, tolerance, statistical_runs)
+    if isolate:
+        from spec_decode.certify.isolation import AuditJob, IsolatedAuditor
+
+        job = AuditJob(rule, drafter, tree_rule, cases=cases, settings=settings)
+        with IsolatedAuditor(case_timeout, timeout) as auditor:
+            return auditor.audit(job, on_case=on_case)
+    if case_timeout is not None or timeout is not None:
+        raise ValueError("case_timeout and timeout need isolate=True (a child process to stop)")
+    return audit_here(rule, drafter, tree_rule, settings, cases, on_case=on_case)
+
+
+def audit_here(
+    rule: Callable[..., Any] | None,
+    drafter: Drafter | DrafterFunction | None,
+    tree_rule: Callable[..., Any] | None,
+    settings: AuditSettings,
+    cases: Sequence[AuditCase] | None = None,
+    *,
+    on_start: StartCallback | None = None,
+    on_case: Callable[[CaseResult], None] | None = None,
+    crashes: tuple[type[BaseException], ...] = (Exception, SystemExit),
+) -> AuditReport:
+    """:func:`audit` in this process. An exception of a type in ``crashes`` raised while the
+    code under test runs is a FAIL naming it; the isolated child passes ``BaseException``."""
     if cases is None:
-        cases = audit_cases(seed, vocab=getattr(drafter, "vocab_size", None))
+        cases = audit_cases(settings.seed, vocab=getattr(drafter, "vocab_size", None))
         if tree_rule is not None:  # trees: the small vocabularies, where their paths stay few
             cases = [c for c in cases if c.vocab <= 3 and c.k <= 2]
-    run = _Runner(rule or exact_rule, drafter, tree_rule, on_case or (lambda result: None))
-    fallback = "requested" if statistical else None
+    run = _Runner(
+        rule or exact_rule,
+        drafter,
+        tree_rule,
+        on_start or (lambda name, method: None),
+        on_case or (lambda result: None),
+    )
+    fallback = "requested" if settings.statistical else None
     try:
-        if not statistical:
+        if not settings.statistical:
             try:
-                results = [run.exhaustive(case, tolerance) for case in cases]
-                return _exhaustive_report(results, run, cases, tolerance)
+                results = [run.exhaustive(case, settings.tolerance) for case in cases]
+                return _exhaustive_report(results, run, cases, settings.tolerance)
             except (NotEnumerable, EnumerationBudgetExceeded) as reason:
                 fallback = f"{type(reason).__name__}: {reason}"
         results = []
-        runs = max(statistical_runs // len(cases), 1)
+        alarm_rate = settings.false_alarm_rate
+        runs = max(settings.statistical_runs // len(cases), 1)
         for case in cases:
-            results.append(run.statistical(case, false_alarm_rate / len(cases), runs))
+            results.append(run.statistical(case, alarm_rate / len(cases), runs))
             if not results[-1].passed:
                 break
-        return _statistical_report(results, false_alarm_rate, fallback)
-    except Exception as error:  # the code under test crashed or emitted malformed output
+        return _statistical_report(results, alarm_rate, fallback)
+    except crashes as error:  # the code under test crashed or emitted malformed output
         return AuditReport(
             "FAIL", "statistical" if fallback else "exhaustive", problem=run.crash(error)
         )
@@ -171,9 +237,11 @@ class _Runner:
         rule: Callable[..., Any],
         drafter: Drafter | DrafterFunction | None,
         tree_rule: Callable[..., Any] | None,
+        on_start: StartCallback,
         on_case: Callable[[CaseResult], None],
     ) -> None:
-        self.rule, self.drafter, self.tree_rule, self.on_case = rule, drafter, tree_rule, on_case
+        self.rule, self.drafter, self.tree_rule = rule, drafter, tree_rule
+        self.on_start, self.on_case = on_start, on_case
         self.case: AuditCase | None = None
         self.adapter: AuditedRule | AuditedTreeRule | None = None
 
@@ -198,6 +266,7 @@ class _Runner:
         return result
 
     def enumerate(self, case: AuditCase, rule: Callable[..., Any] | None = None) -> ExactComparison:
+        self.on_start(case.name, "exhaustive")
         generate = self.generator(case, rule)
         target, _ = case.models()
         return exact_distribution(
@@ -211,6 +280,7 @@ class _Runner:
         )
 
     def statistical(self, case: AuditCase, alarm_rate: float, max_runs: int) -> CaseResult:
+        self.on_start(case.name, "statistical")
         generate = self.generator(case)
         target, _ = case.models()
         block = len(TREE_SHAPE.widths) if self.tree_rule is not None else case.k
@@ -231,15 +301,15 @@ class _Runner:
         self.on_case(result)
         return result
 
-    def crash(self, error: Exception) -> str:
+    def crash(self, error: BaseException) -> str:
         frame = traceback.extract_tb(error.__traceback__)[-1]
         where = f"{frame.filename}:{frame.lineno} in {frame.name}"
         case = self.case.name if self.case else "before the first case"
         inputs = getattr(self.adapter, "last_inputs", None) or "none yet"
-        return (
-            f"{type(error).__name__}: {error} (case: {case}; last rule inputs: {inputs}; "
-            f"raised at {where})"
-        )
+        what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if not isinstance(error, Exception):  # SystemExit, KeyboardInterrupt
+            what += " (raised by the code under test, which would have ended the audit)"
+        return f"{what} (case: {case}; last rule inputs: {inputs}; raised at {where})"
 
 
 def _float32_inputs(p: np.ndarray, q: np.ndarray, draft_tokens: Sequence[int], rng: Any) -> Any:

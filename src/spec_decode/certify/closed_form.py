@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spec_decode.certify.reference import TV_TOLERANCE
+from spec_decode.core.checks import check_count
 from spec_decode.core.distributions import total_variation
 from spec_decode.core.rules import residual
 from spec_decode.core.sampling import SamplingParams
@@ -123,6 +124,10 @@ class ClosedFormCertificate:
         return self.max_tv < TV_TOLERANCE
 
 
+#: The most pairs one check draws: a few minutes of work, and a hundred times the default.
+MAX_PAIRS = 1_000_000
+
+
 def certify_closed_form(
     n_pairs: int = 10_000,
     seed: int = 0,
@@ -132,7 +137,9 @@ def certify_closed_form(
     """Check ``induced(p, q) == p`` over ``n_pairs`` random pairs; report the worst TV.
 
     ``induced`` can be swapped for the closed form of another rule to show the check fails.
+    ``n_pairs`` is a whole number in [1, :data:`MAX_PAIRS`] (a ValueError otherwise).
     """
+    n_pairs = check_count(n_pairs, "n_pairs", 1, MAX_PAIRS)
     worst, worst_family = 0.0, ""
     for family, p, q in random_pairs(n_pairs, seed):
         tv = total_variation(induced(p, q), p)

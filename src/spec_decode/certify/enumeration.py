@@ -151,13 +151,14 @@ def enumerate_outputs(
 
     Raises :class:`EnumerationError` when a replay meets other options than recorded or the total
     probability is off by more than ``total_tolerance``; :class:`EnumerationBudgetExceeded` past
-    ``max_paths`` paths or ``max_seconds`` seconds; :class:`NotEnumerable` when the program uses a
-    uniform draw other than by comparing it.
+    ``max_paths`` paths or ``max_seconds`` seconds of this process's CPU time (not wall time, so
+    the budget a program gets does not depend on what else the machine runs);
+    :class:`NotEnumerable` when the program uses a uniform draw other than by comparing it.
     """
     distribution: dict[tuple[int, ...], float] = {}
     choices: list[int] = []
     recorded: list[ChoicePoint] = []
-    paths, started = 0, time.perf_counter()
+    paths, started = 0, time.process_time()  # CPU seconds: a busy machine does not shorten them
     while True:
         if reset is not None:
             reset()
@@ -172,8 +173,10 @@ def enumerate_outputs(
         paths += 1
         if paths > max_paths:
             raise EnumerationBudgetExceeded(f"more than {max_paths:,} execution paths")
-        if max_seconds is not None and time.perf_counter() - started > max_seconds:
-            raise EnumerationBudgetExceeded(f"over {max_seconds:g} s ({paths:,} paths so far)")
+        if max_seconds is not None and time.process_time() - started > max_seconds:
+            raise EnumerationBudgetExceeded(
+                f"over {max_seconds:g} s of CPU time ({paths:,} paths so far)"
+            )
         # Odometer: advance the deepest choice point that still has an untried option.
         widths = source.widths
         depth = len(widths) - 1

@@ -8,12 +8,13 @@ that is zero where the target is not, near ties.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
+from spec_decode.core.randomness import fold_seed
 from spec_decode.core.sampling import SamplingParams
 
 #: The sampling controls every grid rotates through: plain, warped (temperature and top-k,
@@ -186,8 +187,11 @@ def audit_cases(seed: int = 0, vocab: int | None = None) -> list[AuditCase]:
     then the deep (k up to 8) and wide (V = 5, 6) cases.
 
     With ``vocab`` given (a drafter bound to its own vocabulary), every case uses it, and above
-    V = 2 the deep cases stop at k = 4, where their path counts stay within the budget.
+    V = 2 the deep cases stop at k = 4, where their path counts stay within the budget. Any
+    integer ``seed`` is accepted (:func:`~spec_decode.core.randomness.fold_seed`), so a seed
+    numpy would refuse is never mistaken for a fault of the audited code.
     """
+    seed = fold_seed(seed)
     cases = []
     families = [kind for kind in PAIR_FAMILIES if kind != "deterministic draft"]
     for i, (kind, warped) in enumerate(itertools.product(families, (False, True))):
@@ -210,3 +214,24 @@ def describe(sampling: SamplingParams) -> str:
     parts += [f"top-p {sampling.top_p:g}"] if sampling.top_p < 1 else []
     parts += [f"min-p {sampling.min_p:g}"] if sampling.min_p > 0 else []
     return ", ".join(parts)
+
+
+def pick_cases(picks: Sequence[str], seed: int = 0, vocab: int | None = None) -> list[AuditCase]:
+    """The cases of :func:`audit_cases` named by index or by a piece of their name, in order and
+    without repeats (the whole grid when ``picks`` is empty); a ValueError listing every case
+    when a pick matches none."""
+    grid = audit_cases(seed, vocab)
+    if not picks:
+        return grid
+    chosen: list[AuditCase] = []
+    for pick in picks:
+        matches = (
+            [grid[int(pick)]]
+            if pick.isdigit() and int(pick) < len(grid)
+            else [c for c in grid if pick.lower() in c.name.lower()]
+        )
+        if not matches:
+            names = "; ".join(f"{i}: {c.name}" for i, c in enumerate(grid))
+            raise ValueError(f"no case matches {pick!r}; the cases are {names}")
+        chosen += [c for c in matches if c not in chosen]
+    return chosen

@@ -1,15 +1,16 @@
 """``spec-decode audit``: certify or refute a verification rule, tree rule or drafter given as
 ``module:attribute``, or every entry of the zoo.
 
-Exit status: 0 when every verdict is as expected, 1 on a FAIL, 2 when the input is unusable (a
-spec that cannot be imported, an unknown ``--case``), like any bad parameter.
+The code under test always runs in a child process (:mod:`spec_decode.certify.isolation`), with
+a time limit per case (``--case-timeout``) and overall (``--timeout``), so it can neither end
+the audit nor outlast it. Exit status: 0 only when every verdict is as expected (PASS for the
+code given); 1 on a FAIL or an ERROR (no verdict reached: a hang, or the code ended its
+process); 2 when the input is unusable (a spec that cannot be imported, an unknown ``--case``),
+like any bad parameter. ``--json`` prints a verdict object whenever an audit ran.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from dataclasses import asdict
 from typing import Annotated
 
@@ -22,59 +23,18 @@ from spec_decode.certify.audit import (
     CASE_SECONDS,
     EXACT_TV_TOLERANCE,
     AuditReport,
+    AuditSettings,
     CaseResult,
-    audit,
 )
-from spec_decode.certify.grid import AuditCase, audit_cases
-from spec_decode.cli.options import AsJson, Seed, console, print_json
-
-
-def _import_object(spec: str, option: str) -> object:
-    """Import ``module:attribute`` (the current directory first on the path), or fail with a
-    clear message and exit status 2, whatever importing the module raised."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise typer.BadParameter(f"expected module:attribute, got {spec!r}", param_hint=option)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except SyntaxError as error:
-        where = f"{error.filename}:{error.lineno}"
-        raise typer.BadParameter(
-            f"cannot import {module_name!r}: syntax error at {where}: {error.msg}",
-            param_hint=option,
-        ) from error
-    except Exception as error:  # any failure while importing user code
-        raise typer.BadParameter(
-            f"cannot import {module_name!r}: {type(error).__name__}: {error}", param_hint=option
-        ) from error
-    if not hasattr(module, attribute):
-        raise typer.BadParameter(
-            f"{module_name!r} has no attribute {attribute!r}", param_hint=option
-        )
-    return getattr(module, attribute)
-
-
-def _pick_cases(picks: list[str], seed: int, vocab: int | None) -> list[AuditCase] | None:
-    """The grid cases named by index or by a piece of their name; None for the whole grid."""
-    if not picks:
-        return None
-    grid = audit_cases(seed, vocab)
-    chosen: list[AuditCase] = []
-    for pick in picks:
-        matches = (
-            [grid[int(pick)]]
-            if pick.isdigit() and int(pick) < len(grid)
-            else [c for c in grid if pick.lower() in c.name.lower()]
-        )
-        if not matches:
-            names = "; ".join(f"{i}: {c.name}" for i, c in enumerate(grid))
-            raise typer.BadParameter(
-                f"no case matches {pick!r}; the cases are {names}", param_hint="--case"
-            )
-        chosen += [c for c in matches if c not in chosen]
-    return chosen
+from spec_decode.certify.isolation import (
+    AUDIT_TIMEOUT,
+    CASE_TIMEOUT,
+    AuditJob,
+    IsolatedAuditor,
+    UnusableCode,
+    split_spec,
+)
+from spec_decode.cli.options import AsJson, Seed, console, print_json, status
 
 
 def _audit_row(report: AuditReport) -> tuple[str, str]:
@@ -135,6 +95,18 @@ def _show_case(result: CaseResult) -> None:
     console.print(f"  {'ok  ' if result.passed else 'FAIL'} {result.case}: {evidence}")
 
 
+def _user_code(rule: str | None, drafter: str | None, tree_rule: str | None) -> dict:
+    """The specs to import in the child, their form checked here (exit 2 at once)."""
+    chosen = {"rule": rule, "drafter": drafter, "tree_rule": tree_rule}
+    for spec, option in zip(chosen.values(), ("RULE", "--drafter", "--tree-rule"), strict=True):
+        if spec is not None:
+            try:
+                split_spec(spec, option)
+            except UnusableCode as error:
+                raise typer.BadParameter(str(error), param_hint=error.option) from error
+    return chosen
+
+
 def audit_command(
     rule: Annotated[
         str | None,
@@ -171,37 +143,64 @@ def audit_command(
             "(repeatable), e.g. --case 'k=8' --case 'V=6'.",
         ),
     ] = None,
+    case_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds one case may run before the code under test is stopped (ERROR).",
+        ),
+    ] = CASE_TIMEOUT,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds the whole audit (every zoo entry together) may run (ERROR past it).",
+        ),
+    ] = AUDIT_TIMEOUT,
     seed: Seed = 0,
     as_json: AsJson = False,
 ) -> None:
-    """Certify or refute a verification rule, tree rule and/or drafter; exits 1 on FAIL.
+    """Certify or refute a verification rule, tree rule and/or drafter; exits 1 on FAIL or
+    ERROR, 0 only on PASS.
 
-    Each case is enumerated within a budget of CASE_PATHS paths and CASE_SECONDS seconds (past it
-    the audit turns statistical and says so); each case's result is printed as it finishes.
+    The code runs in a child process. Each case is enumerated within a budget of CASE_PATHS
+    paths and CASE_SECONDS seconds (past it the audit turns statistical and says so), and is
+    stopped past --case-timeout seconds (the whole audit past --timeout): verdict ERROR, the
+    case named. Each case's result is printed as it finishes.
     """
     if zoo:
         entries = _zoo_entries()
     else:
-        chosen = {"rule": _import_object(rule, "RULE") if rule else None}
-        chosen["drafter"] = _import_object(drafter, "--drafter") if drafter else None
-        chosen["tree_rule"] = _import_object(tree_rule, "--tree-rule") if tree_rule else None
+        chosen = _user_code(rule, drafter, tree_rule)
         name = rule or tree_rule or drafter or "spec_decode.core.rules:exact_rule"
         entries = [(name, chosen, None)]
+    settings = AuditSettings(statistical=statistical, seed=seed, tolerance=tolerance)
     reports = {}
-    for name, chosen, _ in entries:
-        cases = _pick_cases(case or [], seed, getattr(chosen.get("drafter"), "vocab_size", None))
-        if not as_json:
-            console.print(
-                f"auditing {name} (budget per case: {CASE_PATHS:,} paths, {CASE_SECONDS:g} s)"
-            )
-        reports[name] = audit(
-            **chosen,
-            statistical=statistical,
-            seed=seed,
-            tolerance=tolerance,
-            cases=cases,
-            on_case=None if as_json else _show_case,
-        )
+    with (
+        IsolatedAuditor(case_timeout, timeout) as auditor,
+        status("starting the audit process", not as_json) as show,
+    ):
+        for name, chosen, _ in entries:
+            if not as_json:
+                console.print(
+                    f"auditing {name} (budget per case: {CASE_PATHS:,} paths, "
+                    f"{CASE_SECONDS:g} s; stopped past {case_timeout:g} s)"
+                )
+
+            def show_start(case_name: str, method: str, entry: str = name) -> None:
+                show(f"auditing {entry}: {case_name} ({method})")
+
+            job = AuditJob(**chosen, picks=tuple(case or ()), settings=settings)
+            try:
+                reports[name] = auditor.audit(
+                    job,
+                    on_start=None if as_json else show_start,
+                    on_case=None if as_json else _show_case,
+                )
+            except UnusableCode as error:
+                raise typer.BadParameter(str(error), param_hint=error.option) from error
+            if not as_json and reports[name].verdict == "ERROR":
+                console.print(f"  [red]ERROR[/] {reports[name].problem}")
     if as_json:
         payload = {name: _audit_json(report) for name, report in reports.items()}
         print_json(payload if zoo else next(iter(payload.values())))

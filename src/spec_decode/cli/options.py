@@ -4,22 +4,38 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from spec_decode.core.checks import MAX_TOKENS
+from spec_decode.core.randomness import fold_seed
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.tree import TreeShape
 
 console = Console()
+#: Progress and status go to standard error, so standard output stays the result alone.
+err_console = Console(stderr=True)
 
-Seed = Annotated[int, typer.Option(help="Seed of every random choice; same seed, same output.")]
+Seed = Annotated[
+    int,
+    typer.Option(
+        callback=fold_seed,
+        help="Seed of every random choice; same seed, same output. Any integer: negative ones "
+        "and those beyond 128 bits are taken modulo 2**128.",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 K = Annotated[int, typer.Option("--k", min=1, help="Tokens drafted per step (k >= 1).")]
-Tokens = Annotated[int, typer.Option(min=1, help="Tokens to generate.")]
+Tokens = Annotated[
+    int, typer.Option(min=1, max=MAX_TOKENS, help=f"Tokens to generate (at most {MAX_TOKENS:,}).")
+]
 Vocab = Annotated[int, typer.Option(min=2, help="Vocabulary size of the toy models.")]
 DraftCost = Annotated[
     float, typer.Option(min=0.0, help="Cost of one draft call, in target passes (cost model).")
@@ -73,39 +89,157 @@ def print_json(payload: dict) -> None:
 
 
 @contextmanager
-def progress(description: str, total: int, enabled: bool) -> Iterator[Callable[[], None]]:
-    """A Rich progress bar (silent when ``enabled`` is False); yields the advance callback."""
-    with Progress(console=console, transient=True, disable=not enabled) as progress:
+def progress(description: str, total: int, enabled: bool) -> Iterator[Callable[..., None]]:
+    """A Rich progress bar on standard error (silent when ``enabled`` is False); yields the
+    advance callback, which takes how many steps were done (default 1)."""
+    with Progress(console=err_console, transient=True, disable=not enabled) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda: progress.advance(task)
+        yield lambda steps=1: progress.advance(task, steps)
+
+
+@contextmanager
+def status(description: str, enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A one-line status with a spinner and the time elapsed, on standard error (silent when
+    ``enabled`` is False); yields the callback that replaces its text."""
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True, disable=not enabled) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda text: bar.update(task, description=text)
 
 
 #: Largest sizes the toy commands accept. They are checked before any work starts, so a typo
 #: fails in a second with the limit named instead of hanging or raising MemoryError: the theory
 #: walks k deep per iteration, each toy model holds vocab ** (order + 1) floats, and the tree
-#: theory recurses once per sibling.
+#: theory recurses once per sibling. A sweep generates its tokens once per (agreement, k), and
+#: all of them together are held to the library's limit on one generation.
 MAX_K = 1024
 MAX_TABLE_ENTRIES = 2**24
 MAX_TREE_NODES = 1024
 MAX_TREE_WIDTH = 32
 
 
-def check_sizes(k: int, vocab: int, order: int, tree: str | None = None) -> None:
-    """Refuse sizes beyond the limits above as bad parameters (exit 2), naming the limit."""
-    if k > MAX_K:
-        raise typer.BadParameter(f"k = {k} is above the limit of {MAX_K}", param_hint="--k")
-    if vocab ** (order + 1) > MAX_TABLE_ENTRIES:
+def check_sizes(
+    k: int, vocab: int, order: int, tree: str | None = None, k_max: int | None = None
+) -> TreeShape | None:
+    """Refuse sizes beyond the limits above as bad parameters (exit 2), naming the limit; the
+    tree shape parsed from ``tree``, if given."""
+    for value, option in ((k, "--k"), (k_max, "--k-max")):
+        if value is not None and value > MAX_K:
+            raise typer.BadParameter(
+                f"k = {value} is above the limit of {MAX_K}", param_hint=option
+            )
+    if (order + 1) * math.log2(vocab) > math.log2(MAX_TABLE_ENTRIES):  # without the power
         raise typer.BadParameter(
-            f"vocab ** (order + 1) = {vocab ** (order + 1):.3g} table entries is above the limit "
+            f"vocab ** (order + 1) = {vocab} ** {order + 1} table entries is above the limit "
             f"of {MAX_TABLE_ENTRIES:,} (e.g. vocab <= 4096 at order 1)",
             param_hint="--vocab",
         )
-    if tree is not None:
-        widths = [int(w) for w in tree.split(",") if w.strip().isdigit()]
-        nodes = sum(math.prod(widths[: d + 1]) for d in range(len(widths)))
-        if nodes > MAX_TREE_NODES or max(widths, default=0) > MAX_TREE_WIDTH:
+    return None if tree is None else tree_shape(tree)
+
+
+def tree_shape(text: str, max_leaves: int | None = None) -> TreeShape:
+    """``--tree`` parsed and checked by :func:`check_tree_shape` (exit 2 when malformed)."""
+    try:
+        shape = TreeShape.parse(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--tree") from error
+    return check_tree_shape(shape, max_leaves)
+
+
+def check_tree_shape(shape: TreeShape, max_leaves: int | None = None) -> TreeShape:
+    """Refuse a tree shape above :data:`MAX_TREE_NODES` nodes, :data:`MAX_TREE_WIDTH` children
+    per node or, when given, ``max_leaves`` leaves (a backend's limit on the paths it verifies in
+    one pass, such as llama.cpp's ``max_tree_leaves``), as a bad parameter: before any model is
+    loaded, instead of an out-of-memory kill or an error mid-generation."""
+    leaves = math.prod(shape.widths)
+    width = max(shape.widths)
+    if shape.nodes > MAX_TREE_NODES or width > MAX_TREE_WIDTH:
+        raise typer.BadParameter(
+            f"tree {shape} has {shape.nodes:,} nodes and width {width}; the limits are "
+            f"{MAX_TREE_NODES} nodes and width {MAX_TREE_WIDTH}",
+            param_hint="--tree",
+        )
+    if max_leaves is not None and leaves > max_leaves:
+        raise typer.BadParameter(
+            f"tree {shape} has {leaves:,} leaves; this backend verifies at most {max_leaves} "
+            "paths in one pass",
+            param_hint="--tree",
+        )
+    return shape
+
+
+def check_sweep(k: int, vocab: int, tokens: int, runs_per_k: int) -> None:
+    """A sweep's sizes: those of :func:`check_sizes`, and every run's tokens together
+    (``runs_per_k`` agreements x k values x ``tokens``) within :data:`MAX_TOKENS`."""
+    check_sizes(k, vocab, 1)
+    total = runs_per_k * k * tokens
+    if total > MAX_TOKENS:
+        raise typer.BadParameter(
+            f"a sweep generates {runs_per_k} agreements x k = {k} x {tokens:,} tokens = "
+            f"{total:,} tokens, above the limit of {MAX_TOKENS:,}; lower --k or --tokens",
+            param_hint="--tokens",
+        )
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset set),
+    not the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_threads(threads: int | None) -> int | None:
+    """``--threads`` when it is at most :func:`available_cores`; more threads than cores only
+    contend (a thousand of them made a 2-core machine unusable), so it is a bad parameter."""
+    if threads is not None and threads > available_cores():
+        raise typer.BadParameter(
+            f"{threads} threads is more than the {available_cores()} cores this process may use "
+            f"(os.sched_getaffinity); give at most {available_cores()}",
+            param_hint="--threads",
+        )
+    return threads
+
+
+Threads = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        callback=check_threads,
+        help="Threads (default: every core this process may use; at most that many).",
+    ),
+]
+
+#: The most bytes a prompt may have: far beyond any model's context window, and read before
+#: the tokenizer sees it, so a wrong file piped in fails at once instead of filling memory.
+MAX_PROMPT_BYTES = 16 * 2**20
+
+
+def prompt_text(prompt: str | None) -> str:
+    """The prompt: ``prompt`` itself, or standard input read as bytes; either way decoded as
+    UTF-8, with bytes that are not UTF-8 a bad parameter (exit 2) naming the first one and its
+    offset, instead of an encoding error from deep inside the tokenizer."""
+    if prompt is None:
+        source, data = "standard input", sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
+    else:
+        source = "--prompt"
+        try:  # arguments that are not UTF-8 reach Python as lone surrogates
+            data = prompt.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as error:
             raise typer.BadParameter(
-                f"tree {tree} has {nodes:,} nodes and width {max(widths)}; the limits are "
-                f"{MAX_TREE_NODES} nodes and width {MAX_TREE_WIDTH}",
-                param_hint="--tree",
-            )
+                f"--prompt holds a lone surrogate at offset {error.start}: not text",
+                param_hint="--prompt",
+            ) from error
+    if len(data) > MAX_PROMPT_BYTES:
+        raise typer.BadParameter(
+            f"{source} is longer than the limit of {MAX_PROMPT_BYTES:,} bytes",
+            param_hint="--prompt",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise typer.BadParameter(
+            f"{source} is not UTF-8: byte 0x{data[error.start]:02x} at offset {error.start}; "
+            "convert it first (e.g. iconv -f LATIN1 -t UTF-8)",
+            param_hint="--prompt",
+        ) from error

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from spec_decode.certify.closed_form import certify_closed_form
+from spec_decode.certify.closed_form import MAX_PAIRS, certify_closed_form
 from spec_decode.certify.exhaustive import certify_exhaustive
 from spec_decode.certify.grid import DEFAULT_CASES, FULL_CASES, ExhaustiveCase, describe
 from spec_decode.certify.reference import TV_TOLERANCE
@@ -27,12 +27,12 @@ from spec_decode.cli.options import (
     TreeWidths,
     Vocab,
     check_sizes,
+    check_sweep,
     console,
     print_json,
     progress,
+    sampling_params,
 )
-from spec_decode.core.sampling import SamplingParams
-from spec_decode.core.tree import TreeShape
 from spec_decode.drafting.policies import POLICY_NAMES, optimal_k
 from spec_decode.toy.experiments import (
     DEFAULT_AGREEMENTS,
@@ -52,7 +52,10 @@ def _case_name(case: ExhaustiveCase) -> str:
 
 
 def verify(
-    pairs: Annotated[int, typer.Option(min=1, help="Random (p, q) pairs to check.")] = 10_000,
+    pairs: Annotated[
+        int,
+        typer.Option(min=1, max=MAX_PAIRS, help=f"Random (p, q) pairs (at most {MAX_PAIRS:,})."),
+    ] = 10_000,
     exhaustive: Annotated[
         bool,
         typer.Option(
@@ -137,39 +140,42 @@ def run(
     as_json: AsJson = False,
 ) -> None:
     """Generate from a toy Markov pair; measured figures next to the exact expectation."""
-    check_sizes(k, vocab, order, tree)
-    if tree is not None:
+    shape = check_sizes(k, vocab, order, tree, k_max)
+    sampling = sampling_params(temperature, top_k, top_p, min_p)
+    setup = ToySetup(vocab_size=vocab, order=order, seed=seed)
+    with progress("generating", tokens, not as_json) as advance:
         try:
-            tree_result = run_tree_experiment(
-                ToySetup(vocab_size=vocab, order=order, seed=seed),
-                agreement,
-                TreeShape.parse(tree),
-                tokens,
-                draft_cost,
-                seed,
-                SamplingParams(temperature, top_k, top_p, min_p),
-                replacement=not without_replacement,
-            )
+            if shape is not None:
+                tree_result = run_tree_experiment(
+                    setup,
+                    agreement,
+                    shape,
+                    tokens,
+                    draft_cost,
+                    seed,
+                    sampling,
+                    replacement=not without_replacement,
+                    on_tokens=lambda emitted: advance(len(emitted)),
+                )
+            else:
+                result = run_experiment(
+                    setup,
+                    agreement,
+                    k,
+                    tokens,
+                    draft_cost,
+                    seed,
+                    sampling,
+                    policy=policy,
+                    k_max=k_max,
+                    min_confidence=confidence,
+                    on_tokens=lambda emitted: advance(len(emitted)),
+                )
         except ValueError as error:
             raise typer.BadParameter(str(error)) from error
+    if shape is not None:
         _print_tree_run(tree_result, vocab, order, seed, as_json)
         return
-    try:
-        sampling = SamplingParams(temperature, top_k, top_p, min_p)
-        result = run_experiment(
-            ToySetup(vocab_size=vocab, order=order, seed=seed),
-            agreement,
-            k,
-            tokens,
-            draft_cost,
-            seed,
-            sampling,
-            policy=policy,
-            k_max=k_max,
-            min_confidence=confidence,
-        )
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from error
     if as_json:
         print_json(result.to_dict())
         return
@@ -269,15 +275,21 @@ def sweep_command(
     as_json: AsJson = False,
 ) -> None:
     """Tokens per pass and speedup across draft agreements and k = 1..K, measured and expected."""
+    check_sweep(k, vocab, tokens, len(DEFAULT_AGREEMENTS))
+    if plot is not None:
+        from spec_decode.toy.plots import plot_path, plot_sweep
+
+        try:
+            plot_path(plot)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--plot") from error
     setup = ToySetup(vocab_size=vocab, seed=seed)
     with progress("sweeping", len(DEFAULT_AGREEMENTS) * k, not as_json) as advance:
         results = sweep(setup, k, tokens, draft_cost, seed, on_progress=advance)
     if plot is not None:
-        from spec_decode.toy.plots import plot_sweep
-
         try:
-            plot_sweep(results, plot)
-        except RuntimeError as error:
+            plot = plot_sweep(results, plot)
+        except (RuntimeError, OSError) as error:
             raise typer.BadParameter(str(error), param_hint="--plot") from error
     if as_json:
         print_json(

@@ -4,6 +4,7 @@ names the problem."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -12,10 +13,43 @@ from spec_decode.core.distributions import check_distributions
 from spec_decode.core.rules import Verdict
 from spec_decode.core.tree import TokenTree
 
+#: The most tokens one generation may emit: longer than any model's context window, and a toy
+#: run of this length already takes minutes. It is checked before the first step, so a typo
+#: (``n_tokens=10**12``) fails at once with the limit named instead of running for days.
+MAX_TOKENS = 1_000_000
+
+
+def whole_number(value: object, name: str) -> int:
+    """``value`` as an int when it is a whole number (an int, a numpy integer or an integral
+    float), else a ValueError naming ``name``: 3.5 tokens or a token id 0.5 is a mistake to
+    report, not a number to truncate."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a whole number, got {value!r} ({type(value).__name__})")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if not float(value).is_integer():
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def check_count(value: object, name: str, minimum: int = 0, maximum: int | None = None) -> int:
+    """A whole number in [minimum, maximum] (a ValueError naming ``name`` and the limit)."""
+    count = whole_number(value, name)
+    if count < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {count}")
+    if maximum is not None and count > maximum:
+        raise ValueError(f"{name} = {count:,} is above the limit of {maximum:,}")
+    return count
+
+
+def check_n_tokens(n_tokens: object) -> int:
+    """How many tokens to generate: a whole number in [0, :data:`MAX_TOKENS`]."""
+    return check_count(n_tokens, "n_tokens", 0, MAX_TOKENS)
+
 
 def check_prefix(prefix: Sequence[int], vocab_size: int) -> list[int]:
-    """The prompt as a list of ints, each inside the vocabulary (at least one)."""
-    tokens = [int(t) for t in prefix]
+    """The prompt as a list of ints, each a whole number inside the vocabulary (at least one)."""
+    tokens = [whole_number(t, "prefix tokens") for t in prefix]
     if not tokens:
         raise ValueError("the prefix (prompt) is empty: give at least one token")
     if min(tokens) < 0 or max(tokens) >= vocab_size:

@@ -30,6 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from spec_decode.core.checks import (
+    check_n_tokens,
     check_prefix,
     check_proposal,
     check_scores,
@@ -75,8 +76,7 @@ def generate(
     A step is told how many tokens are still wanted and must not emit more. Generation ends early
     right after any token in ``stop_tokens`` (which is kept).
     """
-    if n_tokens < 0:
-        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    n_tokens = check_n_tokens(n_tokens)
     context, source = check_prefix(prefix, target.vocab_size), as_source(rng)
     trace = Trace()
     while len(trace.tokens) < n_tokens:

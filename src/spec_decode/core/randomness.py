@@ -83,6 +83,20 @@ def _first_above(cumulative: np.ndarray, point: float, positive: np.ndarray) -> 
     return index if index < len(cumulative) else int(np.flatnonzero(positive)[-1])
 
 
+#: Seeds are taken modulo this: numpy's ``SeedSequence`` mixes its entropy into a 128-bit pool.
+SEED_SPACE = 2**128
+
+
+def fold_seed(seed: int) -> int:
+    """Any integer as a numpy seed: ``seed mod 2**128`` (Python's modulo, so -1 becomes
+    2**128 - 1). numpy refuses negative seeds; folding them, and seeds beyond 128 bits, makes
+    every integer a user types a valid seed, while the seeds 0 .. 2**128 - 1 stay what they were
+    (the same seed gives the same output as before)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"a seed must be an integer, got {seed!r}")
+    return int(seed) % SEED_SPACE
+
+
 def as_source(rng: np.random.Generator | RandomSource) -> RandomSource:
     """Accept either a numpy generator or a ready :class:`RandomSource`."""
     if isinstance(rng, np.random.Generator):

@@ -85,12 +85,14 @@ def run_experiment(
     policy: str = "fixed",
     k_max: int = 16,
     min_confidence: float = 0.0,
+    on_tokens: Callable[[list[int]], None] | None = None,
 ) -> RunResult:
     """Generate ``n_tokens`` speculatively and compare with the exact expectation.
 
     ``policy`` names how k is chosen (:func:`spec_decode.drafting.policies.policy_by_name`: ``k`` is
     the fixed or starting k, ``k_max`` caps adaptive policies, and the cost policy uses
-    ``draft_cost`` as its cost ratio); ``min_confidence`` is the draft's confidence cut-off.
+    ``draft_cost`` as its cost ratio); ``min_confidence`` is the draft's confidence cut-off;
+    ``on_tokens`` is called with each step's tokens (for progress).
     """
     if n_tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {n_tokens}")
@@ -106,6 +108,7 @@ def run_experiment(
         np.random.default_rng(seed),
         sampling=sampling,
         drafter=ModelDrafter(draft, sampling or SamplingParams(), min_confidence),
+        on_tokens=on_tokens,
     )
     expectation = markov_expectation(target, draft, k, sampling)
     return RunResult(
@@ -195,8 +198,10 @@ def run_tree_experiment(
     seed: int,
     sampling: SamplingParams | None = None,
     replacement: bool = True,
+    on_tokens: Callable[[list[int]], None] | None = None,
 ) -> TreeRunResult:
-    """Generate ``n_tokens`` with a token tree; compare with the exact tree and chain figures."""
+    """Generate ``n_tokens`` with a token tree; compare with the exact tree and chain figures.
+    ``on_tokens`` is called with each step's tokens (for progress)."""
     if n_tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {n_tokens}")
     if draft_cost < 0:
@@ -214,6 +219,7 @@ def run_tree_experiment(
         np.random.default_rng(seed),
         sampling=sampling,
         replacement=replacement,
+        on_tokens=on_tokens,
     )
     return TreeRunResult(
         tokens=len(trace.tokens),

@@ -8,8 +8,20 @@ from pathlib import Path
 from spec_decode.toy.experiments import RunResult
 
 
+def plot_path(path: str | Path) -> Path:
+    """The file :func:`plot_sweep` writes for ``path``: ``path`` itself, with ".png" added when it
+    has no suffix (as matplotlib would add it); a ValueError for a directory, checked before any
+    work so the message can say where the plot would have gone."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; give a file name, e.g. {path / 'sweep.png'}")
+    return path if path.suffix else path.with_name(path.name + ".png")
+
+
 def plot_sweep(results: Sequence[RunResult], path: str | Path) -> Path:
-    """Tokens per pass and speedup against alpha, one colour per k: measured dots, theory lines."""
+    """Tokens per pass and speedup against alpha, one colour per k: measured dots, theory lines.
+    Returns the file written (see :func:`plot_path`)."""
+    path = plot_path(path)
     try:
         import matplotlib
 
@@ -43,7 +55,6 @@ def plot_sweep(results: Sequence[RunResult], path: str | Path) -> Path:
     right.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     left.legend(fontsize=8, ncol=2)
     figure.tight_layout()
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
