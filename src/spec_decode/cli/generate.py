@@ -18,9 +18,18 @@ from rich.table import Table
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
 from spec_decode.cli.models import prepare_with_bar
-from spec_decode.cli.options import MinP, Temperature, TopK, TopP, print_json
+from spec_decode.cli.options import (
+    MinP,
+    Seed,
+    Temperature,
+    Threads,
+    TopK,
+    TopP,
+    print_json,
+    prompt_text,
+    tree_shape,
+)
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.core.tree import TreeShape
 from spec_decode.drafting.policies import POLICY_NAMES
 from spec_decode.serving.engine import LOOKUP, NO_DRAFT, Completion, Engine, EngineConfig
 
@@ -72,7 +81,7 @@ def generate_command(
     top_k: TopK = None,
     top_p: TopP = 1.0,
     min_p: MinP = 0.0,
-    seed: Annotated[int, typer.Option(help="Seed of every random choice.")] = 0,
+    seed: Seed = 0,
     no_draft: Annotated[bool, typer.Option(help="Target-only decoding.")] = False,
     compare: Annotated[bool, typer.Option(help="Also run target-only and compare.")] = False,
     raw: Annotated[bool, typer.Option(help="Do not apply the chat template.")] = False,
@@ -87,9 +96,7 @@ def generate_command(
             "installed, else transformers), llama.cpp or transformers."
         ),
     ] = "auto",
-    threads: Annotated[
-        int | None, typer.Option(min=1, help="llama.cpp threads (default: every core).")
-    ] = None,
+    threads: Threads = None,
     device: Annotated[
         str, typer.Option(help="cpu, or cuda (transformers backend; bf16/fp16/fp32 weights).")
     ] = "cpu",
@@ -98,13 +105,14 @@ def generate_command(
     """Generate text with exact speculative decoding on real models (llama.cpp or transformers)."""
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
+        shape = None if tree is None else tree_shape(tree, _max_leaves(backend, target))
         config = EngineConfig(
             target=target, draft=NO_DRAFT if no_draft else draft, backend=backend,
-            policy=policy, k=k, tree=TreeShape.parse(tree) if tree is not None else None,
+            policy=policy, k=k, tree=shape,
             confidence=confidence, threads=threads, device=device,
             target_weights=target_weights, draft_weights=draft_weights,
         )  # fmt: skip
-        text = prompt if prompt is not None else sys.stdin.read()
+        text = prompt_text(prompt)
         _prepare_packaged(config)
         engine = Engine.load(config)
         prompt_ids = engine.encode(text, raw)
@@ -151,6 +159,18 @@ def generate_command(
         return
     sys.stdout.write("\n")
     _print_summary(payload, runs)
+
+
+def _max_leaves(backend: str, target: str) -> int | None:
+    """The most root-to-leaf paths the chosen backend verifies in one pass (llama.cpp: one
+    sequence per path), so a tree too wide for it is refused before anything loads."""
+    from spec_decode.backends.loading import choose_backend
+
+    if choose_backend(backend, target) != "llama.cpp":
+        return None
+    from spec_decode.backends.llamacpp.model import DEFAULT_TREE_LEAVES
+
+    return DEFAULT_TREE_LEAVES
 
 
 def _print_text(tokens: list[int], text: str) -> None:
