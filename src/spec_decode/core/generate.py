@@ -40,6 +40,7 @@ from spec_decode.core.checks import (
 )
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model, score
+from spec_decode.core.noise import positioned, sample_row
 from spec_decode.core.protocols import Drafter, KPolicy, Plan, Planner, TreeDrafter
 from spec_decode.core.randomness import RandomSource, as_source
 from spec_decode.core.rules import Rule
@@ -74,13 +75,16 @@ def generate(
     """Emit ``n_tokens`` tokens after ``prefix``, one ``step`` (one target pass) at a time.
 
     A step is told how many tokens are still wanted and must not emit more. Generation ends early
-    right after any token in ``stop_tokens`` (which is kept).
+    right after any token in ``stop_tokens`` (which is kept). A positional source
+    (:mod:`spec_decode.core.noise`) is re-based at each step on the absolute output position the
+    step starts at, so position t's noise never depends on how steps were cut.
     """
     n_tokens = check_n_tokens(n_tokens)
     context, source = check_prefix(prefix, target.vocab_size), as_source(rng)
     trace = Trace()
     while len(trace.tokens) < n_tokens:
-        outcome = step(context, n_tokens - len(trace.tokens), trace, source)
+        at_step = positioned(source, len(trace.tokens))
+        outcome = step(context, n_tokens - len(trace.tokens), trace, at_step)
         outcome = outcome.cut_at_stop(stop_tokens)
         trace.record(outcome)
         context.extend(outcome.emitted)
@@ -146,7 +150,7 @@ def planned_step(
             drafted, q = check_proposal(*drafters[name].propose(context, k, source), k, vocab_size)
         raw_p, draft_s, target_s = _timed_scores(target, context, drafted, start)
         if not drafted:  # warp the one row only: half the cost of warping a (1, V) block
-            token = source.categorical(sampling.warp(raw_p[0]))
+            token = sample_row(source, sampling.warp(raw_p[0]))
             return Step([token], target_seconds=target_s, proposals=proposals)
         verdict = check_verdict(
             rule(sampling.warp(raw_p), q, drafted, source),
@@ -225,7 +229,8 @@ def _timed_scores(
 
 
 def target_step(target: Model, sampling: SamplingParams) -> StepFunction:
-    """Sample one token from the target's next-token distribution: target-only decoding."""
+    """Sample one token from the target's next-token distribution: target-only decoding (with
+    the position's noise when the source is positional: a function of the seed)."""
 
     def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
         start = time.perf_counter()
@@ -233,7 +238,8 @@ def target_step(target: Model, sampling: SamplingParams) -> StepFunction:
             target.next_dist(context), target.vocab_size, "target distribution"
         )
         scored_at = time.perf_counter()
-        return Step([source.categorical(sampling.warp(raw_p))], target_seconds=scored_at - start)
+        token = sample_row(source, sampling.warp(raw_p))
+        return Step([token], target_seconds=scored_at - start)
 
     return step
 
