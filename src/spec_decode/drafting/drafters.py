@@ -16,6 +16,7 @@ import numpy as np
 
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model
+from spec_decode.core.noise import require_positional
 from spec_decode.core.protocols import Drafter
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.sampling import SamplingParams
@@ -60,11 +61,16 @@ class ModelDrafter:
     steps. It reads the model's raw distribution, not the warped one: at temperature 0 warped rows
     are one-hot and the cut-off would never fire. The declined row costs a draft call that
     ``Trace.draft_calls`` (which counts drafted tokens) leaves out.
+
+    ``coupled`` draws the token at step offset i with the noise of that position,
+    x_i = S(q_i, xi_i), the draft the coupled rule (:mod:`spec_decode.core.coupled`) accepts most
+    often; it needs a positional source.
     """
 
     model: Model
     sampling: SamplingParams = field(default_factory=SamplingParams)
     min_confidence: float = 0.0
+    coupled: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_confidence <= 1:
@@ -87,7 +93,10 @@ class ModelDrafter:
             if raw.max() < self.min_confidence:
                 break
             rows[i] = self.sampling.warp(raw)
-            tokens.append(rng.categorical(rows[i]))
+            if self.coupled:
+                tokens.append(require_positional(rng).noise(i).choose(rows[i]))
+            else:
+                tokens.append(rng.categorical(rows[i]))
             context.append(tokens[-1])
         return tokens, rows[: len(tokens)]
 

@@ -13,8 +13,10 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from spec_decode.core.coupled import is_coupled
 from spec_decode.core.generate import TokenCallback, chain_step, generate, tree_step
 from spec_decode.core.models import Model
+from spec_decode.core.noise import positional_source
 from spec_decode.core.protocols import Drafter, KPolicy, TreeDrafter
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.rules import Rule, exact_rule
@@ -61,10 +63,14 @@ def generate_speculative(
         Controls applied to both models' distributions; the output is distributed as sampling from
         the target under these controls (token-identical to greedy decoding at temperature 0).
     rule
-        The verification rule; :func:`~spec_decode.core.rules.exact_rule` by default.
+        The verification rule; :func:`~spec_decode.core.rules.exact_rule` by default. The
+        coupled rule (:data:`~spec_decode.core.coupled.coupled_rule`) turns ``rng`` into
+        positional noise (:func:`~spec_decode.core.noise.positional_source`: a seeded generator
+        contributes its seed) and emits exactly the tokens of target-only decoding with that
+        noise.
     drafter
         Proposes the drafts; by default a :class:`~spec_decode.drafting.drafters.ModelDrafter`
-        on ``draft``.
+        on ``draft`` (drawing with the positional noise under the coupled rule).
     on_tokens
         Called with each step's emitted tokens, in order.
     stop_tokens
@@ -72,8 +78,10 @@ def generate_speculative(
         the last one returned and nothing after it is emitted.
     """
     sampling = sampling or SamplingParams()
-    drafter = drafter or ModelDrafter(_required(draft), sampling)
+    coupled = is_coupled(rule)
+    drafter = drafter or ModelDrafter(_required(draft), sampling, coupled=coupled)
     step = chain_step(target, drafter, as_policy(k), rule, sampling)
+    rng = positional_source(rng) if coupled else rng
     return generate(
         target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
     )
@@ -100,15 +108,18 @@ def generate_tree(
     :class:`~spec_decode.core.tree.TreeShape`). A step emits at most depth + 1 tokens, so when
     fewer are still needed it drafts only the first ``remaining - 1`` depths. ``replacement``
     says whether the default :class:`~spec_decode.drafting.tree_drafters.ModelTreeDrafter` on
-    ``draft`` draws siblings with replacement (i.i.d.) or without; a given ``drafter`` is used as
-    it is. ``rule`` is the tree verification rule
-    (:func:`~spec_decode.core.tree_rules.verify_tree` by default); the other parameters are as in
+    ``draft`` draws siblings with replacement (i.i.d.) or without (under the coupled tree rule:
+    the top of the draft's race); a given ``drafter`` is used as it is. ``rule`` is the tree
+    verification rule (:func:`~spec_decode.core.tree_rules.verify_tree` by default, or
+    :data:`~spec_decode.core.coupled.coupled_tree_rule`); the other parameters are as in
     :func:`generate_speculative`.
     """
     sampling = sampling or SamplingParams()
     shape = widths if isinstance(widths, TreeShape) else TreeShape(tuple(widths))
-    drafter = drafter or ModelTreeDrafter(_required(draft), sampling, replacement)
+    coupled = is_coupled(rule)
+    drafter = drafter or ModelTreeDrafter(_required(draft), sampling, replacement, coupled)
     step = tree_step(target, drafter, shape, rule, sampling)
+    rng = positional_source(rng) if coupled else rng
     return generate(
         target, step, prefix, n_tokens, rng, on_tokens=on_tokens, stop_tokens=stop_tokens
     )

@@ -22,6 +22,7 @@ import numpy as np
 
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model
+from spec_decode.core.noise import require_positional
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import ROOT, TokenTree, TreeShape
@@ -56,11 +57,16 @@ class ModelTreeDrafter:
 
     Each node with children costs one draft-model evaluation (``next_dist`` of its path), shared by
     all its children; a batched backend could evaluate a whole depth in one call instead.
+
+    ``coupled`` makes a node's children at depth d the top ``width`` tokens of the draft row under
+    the noise of step offset d (distinct, for the coupled tree rule of
+    :mod:`spec_decode.core.coupled`, which reads no q); each reports the draft row itself.
     """
 
     model: Model
     sampling: SamplingParams = field(default_factory=SamplingParams)
     replacement: bool = True
+    coupled: bool = False
 
     @property
     def vocab_size(self) -> int:
@@ -71,18 +77,23 @@ class ModelTreeDrafter:
         parents: list[int] = []
         rows: list[np.ndarray] = []
         frontier = [(ROOT, list(prefix))]
-        for width in shape.widths:
+        for depth, width in enumerate(shape.widths):
             next_frontier = []
             for parent, context in frontier:
                 raw = check_distributions(
                     self.model.next_dist(context), self.vocab_size, "draft distribution"
                 )
-                for token, row in draw_siblings(
-                    self.sampling.warp(raw), width, self.replacement, rng
-                ):
+                for token, row in self._siblings(self.sampling.warp(raw), width, depth, rng):
                     next_frontier.append((len(tokens), [*context, token]))
                     tokens.append(token)
                     parents.append(parent)
                     rows.append(row)
             frontier = next_frontier
         return TokenTree(tuple(tokens), tuple(parents), np.reshape(rows, (-1, self.vocab_size)))
+
+    def _siblings(
+        self, q: np.ndarray, width: int, depth: int, rng: RandomSource
+    ) -> list[tuple[int, np.ndarray]]:
+        if self.coupled:
+            return [(t, q) for t in require_positional(rng).noise(depth).ranked(q, width)]
+        return draw_siblings(q, width, self.replacement, rng)
