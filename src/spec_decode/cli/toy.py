@@ -36,12 +36,25 @@ from spec_decode.cli.options import (
 from spec_decode.drafting.policies import POLICY_NAMES, optimal_k
 from spec_decode.toy.experiments import (
     DEFAULT_AGREEMENTS,
+    RULES,
     ToySetup,
     TreeRunResult,
     run_experiment,
     run_tree_experiment,
     sweep,
 )
+
+#: ``--rule``: which verification rule a toy run uses.
+RuleOption = Annotated[
+    str,
+    typer.Option(
+        "--rule",
+        help=f"Verification rule, one of {', '.join(RULES)}: standard (accept x with min(1, p/q)); "
+        "coupled (target and draft sample with the same per-position noise: the output is "
+        "target-only decoding's for the seed; theory: P(x = y = i) = 1 / sum_j max(p_j/p_i, "
+        "q_j/q_i)).",
+    ),
+]
 
 
 def _case_name(case: ExhaustiveCase) -> str:
@@ -137,10 +150,17 @@ def run(
     top_p: TopP = 1.0,
     min_p: MinP = 0.0,
     seed: Seed = 0,
+    rule: RuleOption = "standard",
     as_json: AsJson = False,
 ) -> None:
     """Generate from a toy Markov pair; measured figures next to the exact expectation."""
     shape = check_sizes(k, vocab, order, tree, k_max)
+    if rule not in RULES:
+        raise typer.BadParameter(f"must be one of {', '.join(RULES)}", param_hint="--rule")
+    if shape is not None and rule != "standard":
+        raise typer.BadParameter(
+            "no exact tree theory for the coupled rule yet", param_hint="--rule"
+        )
     sampling = sampling_params(temperature, top_k, top_p, min_p)
     setup = ToySetup(vocab_size=vocab, order=order, seed=seed)
     with progress("generating", tokens, not as_json) as advance:
@@ -170,6 +190,7 @@ def run(
                     k_max=k_max,
                     min_confidence=confidence,
                     on_tokens=lambda emitted: advance(len(emitted)),
+                    rule=rule,
                 )
         except ValueError as error:
             raise typer.BadParameter(str(error)) from error
@@ -181,7 +202,7 @@ def run(
         return
     console.print(
         f"generated {result.tokens} tokens  (draft agreement {agreement:g}, k={k}, "
-        f"vocabulary {vocab}, order {order}, seed {seed})"
+        f"vocabulary {vocab}, order {order}, seed {seed}, {rule} rule)"
     )
     adaptive = policy != "fixed" or confidence > 0
     if adaptive:
@@ -272,6 +293,7 @@ def sweep_command(
     vocab: Vocab = 32,
     seed: Seed = 0,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot to this file.")] = None,
+    rule: RuleOption = "standard",
     as_json: AsJson = False,
 ) -> None:
     """Tokens per pass and speedup across draft agreements and k = 1..K, measured and expected."""
@@ -283,9 +305,11 @@ def sweep_command(
             plot_path(plot)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--plot") from error
+    if rule not in RULES:
+        raise typer.BadParameter(f"must be one of {', '.join(RULES)}", param_hint="--rule")
     setup = ToySetup(vocab_size=vocab, seed=seed)
     with progress("sweeping", len(DEFAULT_AGREEMENTS) * k, not as_json) as advance:
-        results = sweep(setup, k, tokens, draft_cost, seed, on_progress=advance)
+        results = sweep(setup, k, tokens, draft_cost, seed, on_progress=advance, rule=rule)
     if plot is not None:
         try:
             plot = plot_sweep(results, plot)
@@ -293,7 +317,12 @@ def sweep_command(
             raise typer.BadParameter(str(error), param_hint="--plot") from error
     if as_json:
         print_json(
-            {"tokens": tokens, "draft_cost": draft_cost, "rows": [r.to_dict() for r in results]}
+            {
+                "tokens": tokens,
+                "draft_cost": draft_cost,
+                "rule": rule,
+                "rows": [r.to_dict() for r in results],
+            }
         )
         return
     table = Table(
@@ -304,7 +333,8 @@ def sweep_command(
         "expected",
         "speedup",
         "expected",
-        title=f"{tokens} tokens per run, vocabulary {vocab}, draft cost {draft_cost:g}x",
+        title=f"{tokens} tokens per run, vocabulary {vocab}, draft cost {draft_cost:g}x, "
+        f"{rule} rule",
     )
     for r in results:
         table.add_row(

@@ -15,13 +15,27 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from spec_decode.core.coupled import coupled_rule
 from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
+from spec_decode.core.rules import exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
+from spec_decode.coupling_theory import coupled_markov_expectation
 from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.policies import expected_tokens_per_pass, policy_by_name
 from spec_decode.drafting.speculative import generate_speculative, generate_tree
 from spec_decode.theory import markov_expectation, tree_markov_expectation
+
+#: The verification rules a toy run can use: the standard (Leviathan/Chen) rule, or the coupled
+#: rule (seed-identical to target-only decoding, the draft drawing with the same noise).
+RULES = ("standard", "coupled")
+
+
+def check_rule(rule: str) -> bool:
+    """Whether ``rule`` (one of :data:`RULES`) is the coupled rule."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    return rule == "coupled"
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,7 @@ class RunResult:
     speedup: float
     expected_speedup: float
     acceptance_histogram: list[int]
+    rule: str = "standard"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,14 +101,18 @@ def run_experiment(
     k_max: int = 16,
     min_confidence: float = 0.0,
     on_tokens: Callable[[list[int]], None] | None = None,
+    rule: str = "standard",
 ) -> RunResult:
     """Generate ``n_tokens`` speculatively and compare with the exact expectation.
 
     ``policy`` names how k is chosen (:func:`spec_decode.drafting.policies.policy_by_name`: ``k`` is
     the fixed or starting k, ``k_max`` caps adaptive policies, and the cost policy uses
     ``draft_cost`` as its cost ratio); ``min_confidence`` is the draft's confidence cut-off;
-    ``on_tokens`` is called with each step's tokens (for progress).
+    ``on_tokens`` is called with each step's tokens (for progress); ``rule`` is one of
+    :data:`RULES` (the coupled rule's expectation is
+    :func:`~spec_decode.coupling_theory.coupled_markov_expectation`, race noise).
     """
+    coupled = check_rule(rule)
     if n_tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {n_tokens}")
     if draft_cost < 0:
@@ -107,10 +126,12 @@ def run_experiment(
         policy_by_name(policy, k, k_max, draft_cost),
         np.random.default_rng(seed),
         sampling=sampling,
-        drafter=ModelDrafter(draft, sampling or SamplingParams(), min_confidence),
+        rule=coupled_rule if coupled else exact_rule,
+        drafter=ModelDrafter(draft, sampling or SamplingParams(), min_confidence, coupled),
         on_tokens=on_tokens,
     )
-    expectation = markov_expectation(target, draft, k, sampling)
+    theory = coupled_markov_expectation if coupled else markov_expectation
+    expectation = theory(target, draft, k, sampling)
     return RunResult(
         tokens=len(trace.tokens),
         k=k,
@@ -129,6 +150,7 @@ def run_experiment(
         speedup=trace.speedup(draft_cost),
         expected_speedup=expectation.speedup(draft_cost),
         acceptance_histogram=trace.acceptance_histogram.tolist(),
+        rule=rule,
     )
 
 
@@ -143,14 +165,17 @@ def sweep(
     seed: int,
     agreements: Sequence[float] = DEFAULT_AGREEMENTS,
     on_progress: Callable[[], None] | None = None,
+    rule: str = "standard",
 ) -> list[RunResult]:
-    """:func:`run_experiment` for every agreement and every k in 1..k_max."""
+    """:func:`run_experiment` for every agreement and every k in 1..k_max, with ``rule``."""
     if k_max < 1:
         raise ValueError(f"k must be >= 1, got {k_max}")
     results = []
     for agreement in agreements:
         for k in range(1, k_max + 1):
-            results.append(run_experiment(setup, agreement, k, n_tokens, draft_cost, seed))
+            results.append(
+                run_experiment(setup, agreement, k, n_tokens, draft_cost, seed, rule=rule)
+            )
             if on_progress is not None:
                 on_progress()
     return results
