@@ -33,28 +33,16 @@ from spec_decode.cli.options import (
     progress,
     sampling_params,
 )
+from spec_decode.cli.rule_option import RuleOption, rule_option
 from spec_decode.drafting.policies import POLICY_NAMES, optimal_k
 from spec_decode.toy.experiments import (
     DEFAULT_AGREEMENTS,
-    RULES,
     ToySetup,
     TreeRunResult,
     run_experiment,
     run_tree_experiment,
     sweep,
 )
-
-#: ``--rule``: which verification rule a toy run uses.
-RuleOption = Annotated[
-    str,
-    typer.Option(
-        "--rule",
-        help=f"Verification rule, one of {', '.join(RULES)}: standard (accept x with min(1, p/q)); "
-        "coupled (target and draft sample with the same per-position noise: the output is "
-        "target-only decoding's for the seed; theory: P(x = y = i) = 1 / sum_j max(p_j/p_i, "
-        "q_j/q_i)).",
-    ),
-]
 
 
 def _case_name(case: ExhaustiveCase) -> str:
@@ -155,9 +143,7 @@ def run(
 ) -> None:
     """Generate from a toy Markov pair; measured figures next to the exact expectation."""
     shape = check_sizes(k, vocab, order, tree, k_max)
-    if rule not in RULES:
-        raise typer.BadParameter(f"must be one of {', '.join(RULES)}", param_hint="--rule")
-    if shape is not None and rule != "standard":
+    if rule_option(rule).coupled and shape is not None:
         raise typer.BadParameter(
             "no exact tree theory for the coupled rule yet", param_hint="--rule"
         )
@@ -305,8 +291,7 @@ def sweep_command(
             plot_path(plot)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--plot") from error
-    if rule not in RULES:
-        raise typer.BadParameter(f"must be one of {', '.join(RULES)}", param_hint="--rule")
+    rule_option(rule)
     setup = ToySetup(vocab_size=vocab, seed=seed)
     with progress("sweeping", len(DEFAULT_AGREEMENTS) * k, not as_json) as advance:
         results = sweep(setup, k, tokens, draft_cost, seed, on_progress=advance, rule=rule)

@@ -15,27 +15,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from spec_decode.core.coupled import coupled_rule
 from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
-from spec_decode.core.rules import exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
 from spec_decode.coupling_theory import coupled_markov_expectation
-from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.policies import expected_tokens_per_pass, policy_by_name
+from spec_decode.drafting.rule_choice import rule_by_name
 from spec_decode.drafting.speculative import generate_speculative, generate_tree
 from spec_decode.theory import markov_expectation, tree_markov_expectation
-
-#: The verification rules a toy run can use: the standard (Leviathan/Chen) rule, or the coupled
-#: rule (seed-identical to target-only decoding, the draft drawing with the same noise).
-RULES = ("standard", "coupled")
-
-
-def check_rule(rule: str) -> bool:
-    """Whether ``rule`` (one of :data:`RULES`) is the coupled rule."""
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
-    return rule == "coupled"
 
 
 @dataclass(frozen=True)
@@ -108,11 +95,11 @@ def run_experiment(
     ``policy`` names how k is chosen (:func:`spec_decode.drafting.policies.policy_by_name`: ``k`` is
     the fixed or starting k, ``k_max`` caps adaptive policies, and the cost policy uses
     ``draft_cost`` as its cost ratio); ``min_confidence`` is the draft's confidence cut-off;
-    ``on_tokens`` is called with each step's tokens (for progress); ``rule`` is one of
-    :data:`RULES` (the coupled rule's expectation is
+    ``on_tokens`` is called with each step's tokens (for progress); ``rule`` names the rule
+    (:data:`~spec_decode.drafting.rule_choice.RULE_NAMES`; the coupled rule's expectation is
     :func:`~spec_decode.coupling_theory.coupled_markov_expectation`, race noise).
     """
-    coupled = check_rule(rule)
+    choice = rule_by_name(rule)
     if n_tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {n_tokens}")
     if draft_cost < 0:
@@ -126,11 +113,11 @@ def run_experiment(
         policy_by_name(policy, k, k_max, draft_cost),
         np.random.default_rng(seed),
         sampling=sampling,
-        rule=coupled_rule if coupled else exact_rule,
-        drafter=ModelDrafter(draft, sampling or SamplingParams(), min_confidence, coupled),
+        rule=choice.chain,
+        drafter=choice.model_drafter(draft, sampling or SamplingParams(), min_confidence),
         on_tokens=on_tokens,
     )
-    theory = coupled_markov_expectation if coupled else markov_expectation
+    theory = coupled_markov_expectation if choice.coupled else markov_expectation
     expectation = theory(target, draft, k, sampling)
     return RunResult(
         tokens=len(trace.tokens),

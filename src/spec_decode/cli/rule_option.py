@@ -1,0 +1,33 @@
+"""``--rule``: the verification rule of a command (``run``, ``sweep``, and ``generate`` once its
+rewrite takes it), checked into a :class:`~spec_decode.drafting.rule_choice.RuleChoice`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spec_decode.drafting.rule_choice import RULE_NAMES, RuleChoice, rule_by_name
+
+#: ``--rule coupled|standard``.
+RuleOption = Annotated[
+    str,
+    typer.Option(
+        "--rule",
+        help="Verification rule: coupled (draft and target sample with the same per-position "
+        "noise, so the output is target-only decoding's for the seed, token for token; a "
+        "one-hot draft is accepted as often as under standard, a draft model somewhat less: "
+        "P(x = y = i) = 1 / sum_j max(p_j/p_i, q_j/q_i)) or standard (accept x with "
+        "min(1, p/q): the same distribution, other samples).",
+    ),
+]
+
+
+def rule_option(name: str) -> RuleChoice:
+    """The rule ``--rule`` names, or a usage error (exit 2)."""
+    try:
+        return rule_by_name(name)
+    except ValueError as error:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(RULE_NAMES)}", param_hint="--rule"
+        ) from error
