@@ -28,13 +28,7 @@ import numpy as np
 from spec_decode.core.models import MarkovModel
 from spec_decode.core.noise import NOISE_BLOCK
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.theory import (
-    MarkovExpectation,
-    _long_run,
-    _reachable_depth,
-    _stationary,
-    _transition,
-)
+from spec_decode.theory import MarkovExpectation, chain_expectation, check_pair
 
 #: The samplers with a closed form here (the names of :data:`spec_decode.core.noise.SAMPLERS`).
 MATCH_SAMPLERS = ("race", "flat-race", "inverse-cdf")
@@ -108,16 +102,8 @@ def coupled_markov_expectation(
     emits p_s. Each position's noise is independent of everything before it, so steps form the
     same chain of contexts as under the standard rule (see :mod:`spec_decode.theory`).
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if draft.table.shape != target.table.shape:
-        raise ValueError("target and draft must share vocabulary size and order")
+    check_pair(target, draft, k)
     sampling = sampling or SamplingParams()
     p, q = sampling.warp(target.rows), sampling.warp(draft.rows)
     match = np.array([coupling_match(p_s, q_s, sampler) for p_s, q_s in zip(p, q, strict=True)])
-    accept, reject, bonus = (_transition(target, w) for w in (match, np.maximum(p - match, 0.0), p))
-    depth = min(k, _reachable_depth(float(match.sum(axis=1).max())))
-    emitted, kept = _long_run([accept] * depth, [reject] * depth, bonus, start)
-    contexts = _stationary(lambda row: bonus.T @ row, p.shape[0], start)
-    alpha = float(contexts @ match.sum(axis=1))
-    return MarkovExpectation(alpha, k, emitted, kept / k)
+    return chain_expectation(target, p, match, k, start)

@@ -75,20 +75,34 @@ def markov_expectation(
     average over all classes. Cost: a walk stops deepening once the mass still accepting is
     below :data:`NEGLIGIBLE`, so an absurd k costs no more than the depth the drafts can reach.
     """
+    check_pair(target, draft, k)
+    sampling = sampling or SamplingParams()
+    p, q = sampling.warp(target.rows), sampling.warp(draft.rows)
+    return chain_expectation(target, p, np.minimum(p, q), k, start)
+
+
+def check_pair(target: MarkovModel, draft: MarkovModel, k: int) -> None:
+    """Refuse k < 1 and a pair whose vocabularies or orders differ."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if draft.table.shape != target.table.shape:
         raise ValueError("target and draft must share vocabulary size and order")
-    sampling = sampling or SamplingParams()
-    p, q = sampling.warp(target.rows), sampling.warp(draft.rows)
-    accept, reject, bonus = (
-        _transition(target, w) for w in (np.minimum(p, q), np.maximum(p - q, 0), p)
-    )
-    depth = min(k, _reachable_depth(float(np.minimum(p, q).sum(axis=1).max())))
-    emitted, kept = _long_run([accept] * depth, [reject] * depth, bonus, start)
+
+
+def chain_expectation(
+    target: MarkovModel, p: np.ndarray, kept: np.ndarray, k: int, start: int = 0
+) -> MarkovExpectation:
+    """The long run of a chain rule that, from context s, keeps a drafted x with probability
+    ``kept[s, x]`` (moving to s+x), and otherwise emits y with probability p_s(y) - kept[s, y]
+    and stops; after k kept drafts it emits a bonus from ``p``. min(p, q) is the standard rule
+    (p - min(p, q) = max(p - q, 0)); any rule whose emitted token is distributed as p has this
+    form (:mod:`spec_decode.coupling_theory`)."""
+    accept, reject, bonus = (_transition(target, w) for w in (kept, np.maximum(p - kept, 0.0), p))
+    depth = min(k, _reachable_depth(float(kept.sum(axis=1).max())))
+    emitted, accepted = _long_run([accept] * depth, [reject] * depth, bonus, start)
     contexts = _stationary(lambda row: bonus.T @ row, p.shape[0], start)
-    alpha = float(contexts @ np.minimum(p, q).sum(axis=1))
-    return MarkovExpectation(alpha, k, emitted, kept / k)
+    alpha = float(contexts @ kept.sum(axis=1))
+    return MarkovExpectation(alpha, k, emitted, accepted / k)
 
 
 def _reachable_depth(max_acceptance: float) -> int:

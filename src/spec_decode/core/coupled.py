@@ -61,8 +61,13 @@ class CoupledRule:
             if target_token != token:
                 return Verdict([*emitted, target_token], accepted=offset)
             emitted.append(int(token))
-        bonus = source.noise(len(draft_tokens)).choose(p[len(draft_tokens)])
+        bonus = source.noise(self.bonus_offset(len(draft_tokens))).choose(p[len(draft_tokens)])
         return Verdict([*emitted, bonus], accepted=len(emitted))
+
+    def bonus_offset(self, drafted: int) -> int:
+        """The step offset whose noise draws the bonus after ``drafted`` accepted drafts: the
+        next position's (the zoo keeps a rule that gets this wrong)."""
+        return drafted
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,23 @@ def positional_source(
     raise TypeError(f"cannot build positional noise from a {type(rng).__name__}")
 
 
-class SeededNoise:
+class DelegatedDraws:
+    """``bernoulli``, ``categorical`` and ``uniform`` passed on to the source ``draws``: what a
+    positional source gives a rule that does not use positional noise."""
+
+    draws: RandomSource
+
+    def bernoulli(self, prob: float) -> bool:
+        return self.draws.bernoulli(prob)
+
+    def categorical(self, probs: np.ndarray) -> int:
+        return self.draws.categorical(probs)
+
+    def uniform(self) -> float:
+        return self.draws.uniform()
+
+
+class SeededNoise(DelegatedDraws):
     """Positional noise from a seed: a counter-based generator (Philox) keyed by the seed, with
     the position (and the stream within it) in its counter, so position t's noise is the same
     whenever and however often it is computed. The last few positions' noise is cached, since
@@ -141,7 +157,7 @@ class SeededNoise:
         seed: np.random.SeedSequence,
         sampler: str = "race",
         start: int = 0,
-        _shared: tuple[dict[int, PositionNoise], NumpySource] | None = None,
+        _shared: tuple[dict[int, PositionNoise], RandomSource] | None = None,
     ) -> None:
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
@@ -153,7 +169,7 @@ class SeededNoise:
         if _shared is None:
             stream = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 1))
             _shared = ({}, NumpySource(np.random.default_rng(stream)))
-        self._cache, self._stream = _shared
+        self._cache, self.draws = _shared
 
     def noise(self, offset: int) -> PositionNoise:
         position = self.start + offset
@@ -169,19 +185,10 @@ class SeededNoise:
     def at(self, start: int) -> SeededNoise:
         for old in [p for p in self._cache if p < start - self.KEEP]:
             del self._cache[old]
-        return SeededNoise(self.seed, self.sampler, start, (self._cache, self._stream))
-
-    def bernoulli(self, prob: float) -> bool:
-        return self._stream.bernoulli(prob)
-
-    def categorical(self, probs: np.ndarray) -> int:
-        return self._stream.categorical(probs)
-
-    def uniform(self) -> float:
-        return self._stream.uniform()
+        return SeededNoise(self.seed, self.sampler, start, (self._cache, self.draws))
 
 
-class StreamNoise:
+class StreamNoise(DelegatedDraws):
     """Inverse-CDF positional noise from any random source: position t's uniform is the
     source's next ``uniform()`` when t is first asked for, and is kept for every later use.
 
@@ -194,26 +201,17 @@ class StreamNoise:
     def __init__(
         self, inner: RandomSource, start: int = 0, _cache: dict[int, UniformNoise] | None = None
     ) -> None:
-        self.inner, self.start = inner, start
+        self.draws, self.start = inner, start
         self._cache: dict[int, UniformNoise] = {} if _cache is None else _cache
 
     def noise(self, offset: int) -> UniformNoise:
         position = self.start + offset
         if position not in self._cache:
-            self._cache[position] = UniformNoise(self.inner.uniform())
+            self._cache[position] = UniformNoise(self.draws.uniform())
         return self._cache[position]
 
     def at(self, start: int) -> StreamNoise:
-        return StreamNoise(self.inner, start, self._cache)
-
-    def bernoulli(self, prob: float) -> bool:
-        return self.inner.bernoulli(prob)
-
-    def categorical(self, probs: np.ndarray) -> int:
-        return self.inner.categorical(probs)
-
-    def uniform(self) -> float:
-        return self.inner.uniform()
+        return StreamNoise(self.draws, start, self._cache)
 
 
 def _generator(key: np.ndarray, position: int, stream: int) -> np.random.Generator:

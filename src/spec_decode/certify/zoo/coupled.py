@@ -9,15 +9,10 @@ the step, is :class:`~spec_decode.certify.zoo.positional.StepRelativeNoise`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from spec_decode.core.coupled import CoupledRule
 from spec_decode.core.generate import StepFunction
 from spec_decode.core.noise import require_positional
 from spec_decode.core.randomness import RandomSource
-from spec_decode.core.rules import Verdict
 from spec_decode.core.trace import Step, Trace
 
 
@@ -27,18 +22,8 @@ class BonusFromLastDraftedNoise(CoupledRule):
     with the token before it, so the pair is coupled, and target-only decoding (which draws the
     bonus position with its own noise) emits something else."""
 
-    def __call__(
-        self, p: np.ndarray, q: np.ndarray, draft_tokens: Sequence[int], rng: RandomSource
-    ) -> Verdict:
-        source = require_positional(rng)
-        emitted: list[int] = []
-        for offset, token in enumerate(draft_tokens):
-            target_token = source.noise(offset).choose(p[offset])
-            if target_token != token:
-                return Verdict([*emitted, target_token], accepted=offset)
-            emitted.append(int(token))
-        last = max(len(draft_tokens) - 1, 0)
-        return Verdict([*emitted, source.noise(last).choose(p[-1])], accepted=len(emitted))
+    def bonus_offset(self, drafted: int) -> int:
+        return max(drafted - 1, 0)
 
 
 bonus_from_last_drafted_noise = BonusFromLastDraftedNoise()

@@ -12,32 +12,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec_decode.core.noise import NOISE_BLOCK, PositionalSource, PositionNoise, RaceNoise
+from spec_decode.core.noise import (
+    NOISE_BLOCK,
+    DelegatedDraws,
+    PositionalSource,
+    PositionNoise,
+    RaceNoise,
+)
 
 
-class StepRelativeNoise:
+class StepRelativeNoise(DelegatedDraws):
     """BROKEN: the noise of the offset within the step instead of the absolute position (a
     fresh noise vector per verification block, indexed from 0). Every step's first token reuses
     one noise, so tokens of different steps are coupled to each other, and the output differs
     from target-only decoding's whenever a step emits fewer tokens than it could."""
 
     def __init__(self, inner: PositionalSource) -> None:
-        self.inner = inner.at(0)
+        self.inner = self.draws = inner.at(0)
 
     def noise(self, offset: int) -> PositionNoise:
         return self.inner.noise(offset)
 
     def at(self, start: int) -> StepRelativeNoise:
         return self
-
-    def bernoulli(self, prob: float) -> bool:
-        return self.inner.bernoulli(prob)
-
-    def categorical(self, probs: np.ndarray) -> int:
-        return self.inner.categorical(probs)
-
-    def uniform(self) -> float:
-        return self.inner.uniform()
 
 
 class RaceByProduct(RaceNoise):
