@@ -8,10 +8,11 @@ import pytest
 
 from spec_decode import SamplingParams, draft_from_target, random_markov
 from spec_decode.core.coupled import is_coupled
-from spec_decode.core.generate import chain_step, generate, target_step, tree_step
+from spec_decode.core.generate import generate
 from spec_decode.core.noise import PositionalSource
 from spec_decode.core.tree import TreeShape
-from spec_decode.drafting.policies import as_policy
+from spec_decode.drafting.auto import auto_planner
+from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.rule_choice import RULE_NAMES, rule_by_name
 
 
@@ -33,17 +34,18 @@ def test_a_coupled_comparison_prints_identical_tokens():
     draft = draft_from_target(target, 0.6, seed=2)
     sampling = SamplingParams(0.7)
     choice = rule_by_name("coupled")
-    drafter = choice.model_drafter(draft, sampling)
-    chain = chain_step(target, drafter, as_policy(3), choice.chain, sampling)
-    tree = tree_step(
-        target, choice.tree_drafter(draft, sampling), TreeShape((2, 2)), choice.tree, sampling
-    )
+    costs = CostCurve((1, 17), (0.010, 0.010), 0.001)  # a curve on which auto drafts
+    steps = [
+        choice.step(target, None, 3, sampling),
+        choice.step(target, choice.model_drafter(draft, sampling), 3, sampling),
+        choice.step(target, choice.tree_drafter(draft, sampling), 3, sampling, TreeShape((2, 2))),
+        choice.step(
+            target, auto_planner(costs, 16, choice.model_drafter(draft, sampling), 4), 3, sampling
+        ),
+    ]
     for seed in range(5):
-        runs = [
-            generate(target, step, [0], 30, choice.source(seed))
-            for step in (target_step(target, sampling), chain, tree)
-        ]
-        assert runs[0].tokens == runs[1].tokens == runs[2].tokens
-        assert runs[1].accepted > 0
+        runs = [generate(target, step, [0], 30, choice.source(seed)) for step in steps]
+        assert all(run.tokens == runs[0].tokens for run in runs)
+        assert all(run.accepted > 0 for run in runs[1:])
     standard = rule_by_name("standard")
     assert isinstance(standard.source(3), np.random.Generator)

@@ -15,13 +15,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from spec_decode.core.coupled import coupled_rule, coupled_tree_rule
+from spec_decode.core.generate import StepFunction, chain_step, target_step, tree_step
 from spec_decode.core.models import Model
 from spec_decode.core.noise import positional_source
+from spec_decode.core.protocols import Drafter, KPolicy, TreeDrafter
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.rules import Rule, exact_rule
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import TreeRule, verify_tree
+from spec_decode.drafting.auto import AutoPlanner, auto_step
 from spec_decode.drafting.drafters import ModelDrafter
+from spec_decode.drafting.policies import as_policy
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter
 
 #: The rules by name: coupled (seed-identical to target-only decoding) and standard
@@ -64,6 +69,25 @@ class RuleChoice:
         self, model: Model, sampling: SamplingParams, replacement: bool = False
     ) -> ModelTreeDrafter:
         return ModelTreeDrafter(model, sampling, replacement, coupled=self.coupled)
+
+    def step(
+        self,
+        target: Model,
+        drafter: Drafter | TreeDrafter | AutoPlanner | None,
+        k: int | KPolicy,
+        sampling: SamplingParams,
+        tree: TreeShape | None = None,
+    ) -> StepFunction:
+        """The step of one run under this rule: target-only when ``drafter`` is None, the auto
+        policy's step for an :class:`~spec_decode.drafting.auto.AutoPlanner`, a tree step of
+        shape ``tree``, else a chain step drafting ``k`` (or what the policy ``k`` says)."""
+        if drafter is None:
+            return target_step(target, sampling)
+        if isinstance(drafter, AutoPlanner):
+            return auto_step(target, drafter, sampling, self.chain)
+        if tree is not None:
+            return tree_step(target, drafter, tree, self.tree, sampling)  # type: ignore[arg-type]
+        return chain_step(target, drafter, as_policy(k), self.chain, sampling)  # type: ignore[arg-type]
 
 
 def rule_by_name(name: str) -> RuleChoice:
