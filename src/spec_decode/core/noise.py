@@ -157,19 +157,23 @@ class SeededNoise(DelegatedDraws):
         seed: np.random.SeedSequence,
         sampler: str = "race",
         start: int = 0,
-        _shared: tuple[dict[int, PositionNoise], RandomSource] | None = None,
+        _shared: tuple[np.ndarray, dict[int, PositionNoise], RandomSource] | None = None,
     ) -> None:
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
         if start < 0:
             raise ValueError(f"positions start at 0, got {start}")
         self.seed, self.sampler, self.start = seed, sampler, start
-        self.key = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 0))
-        self.key_words = self.key.generate_state(2, np.uint64)
         if _shared is None:
+            key = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 0))
             stream = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 1))
-            _shared = ({}, NumpySource(np.random.default_rng(stream)))
-        self._cache, self.draws = _shared
+            _shared = (
+                key.generate_state(2, np.uint64),
+                {},
+                NumpySource(np.random.default_rng(stream)),
+            )
+        self._shared = _shared
+        self.key_words, self._cache, self.draws = _shared
 
     def noise(self, offset: int) -> PositionNoise:
         position = self.start + offset
@@ -185,7 +189,7 @@ class SeededNoise(DelegatedDraws):
     def at(self, start: int) -> SeededNoise:
         for old in [p for p in self._cache if p < start - self.KEEP]:
             del self._cache[old]
-        return SeededNoise(self.seed, self.sampler, start, (self._cache, self.draws))
+        return SeededNoise(self.seed, self.sampler, start, self._shared)
 
 
 class StreamNoise(DelegatedDraws):
