@@ -9,6 +9,12 @@ import typer
 
 from spec_decode.drafting.rule_choice import RULE_NAMES, RuleChoice, rule_by_name
 
+#: The rule of ``generate`` (and of a server) when none is named: coupled, since it loses no
+#: acceptance on the one-hot drafts the auto policy takes on a CPU and little on a draft model
+#: (BENCHMARKS.md), and makes every run's output target-only decoding's for its seed, visibly
+#: (``generate --compare``). The toy commands keep the standard rule unless told.
+DEFAULT_RULE = "coupled"
+
 #: ``--rule coupled|standard``.
 RuleOption = Annotated[
     str,
