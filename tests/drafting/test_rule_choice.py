@@ -49,3 +49,4 @@ def test_a_coupled_comparison_prints_identical_tokens():
         assert all(run.accepted > 0 for run in runs[1:])
     standard = rule_by_name("standard")
     assert isinstance(standard.source(3), np.random.Generator)
+    assert isinstance(choice.source(None), PositionalSource)  # no seed: a fresh one

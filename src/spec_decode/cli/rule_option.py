@@ -7,13 +7,9 @@ from typing import Annotated
 
 import typer
 
-from spec_decode.drafting.rule_choice import RULE_NAMES, RuleChoice, rule_by_name
+from spec_decode.drafting.rule_choice import DEFAULT_RULE, RULE_NAMES, RuleChoice, rule_by_name
 
-#: The rule of ``generate`` (and of a server) when none is named: coupled, since it loses no
-#: acceptance on the one-hot drafts the auto policy takes on a CPU and little on a draft model
-#: (BENCHMARKS.md), and makes every run's output target-only decoding's for its seed, visibly
-#: (``generate --compare``). The toy commands keep the standard rule unless told.
-DEFAULT_RULE = "coupled"
+__all__ = ["DEFAULT_RULE", "RuleOption", "rule_option"]
 
 #: ``--rule coupled|standard``.
 RuleOption = Annotated[

@@ -32,6 +32,11 @@ from spec_decode.drafting.tree_drafters import ModelTreeDrafter
 #: The rules by name: coupled (seed-identical to target-only decoding) and standard
 #: (Leviathan et al. / Chen et al.).
 RULE_NAMES = ("coupled", "standard")
+#: The rule of ``generate`` and of a server when none is named: coupled, since it loses no
+#: acceptance on the one-hot drafts the auto policy takes on a CPU and little on a draft model
+#: (BENCHMARKS.md), and makes every run's output target-only decoding's for its seed, visibly
+#: (``generate --compare``). The toy commands keep the standard rule unless told.
+DEFAULT_RULE = "coupled"
 
 
 @dataclass(frozen=True)
@@ -56,9 +61,12 @@ class RuleChoice:
     def tree(self) -> TreeRule:
         return coupled_tree_rule if self.coupled else verify_tree
 
-    def source(self, seed: int) -> np.random.Generator | RandomSource:
-        """A fresh random source for one run with ``seed`` (positional noise when coupled)."""
-        return positional_source(seed) if self.coupled else np.random.default_rng(seed)
+    def source(self, seed: int | None) -> np.random.Generator | RandomSource:
+        """A fresh random source for one run with ``seed`` (positional noise when coupled;
+        ``None``: a fresh seed)."""
+        if not self.coupled:
+            return np.random.default_rng(seed)
+        return positional_source(np.random.default_rng() if seed is None else seed)
 
     def model_drafter(
         self, model: Model, sampling: SamplingParams, min_confidence: float = 0.0
