@@ -69,6 +69,7 @@ def test_target_only_decoding_is_a_function_of_the_seed():
         return generate_autoregressive(target, [0], 40, source, sampling=SamplingParams(0.9)).tokens
 
     assert run(4) == run(4) != run(5)
+    assert run(-1) == run(2**128 - 1)  # seeds are folded, as everywhere
     assert run(np.random.default_rng(4)) == run(np.random.default_rng(4))  # one draw as the seed
     reused = np.random.default_rng(4)
     assert run(reused) != run(reused)  # a generator reused across runs gives each its own noise

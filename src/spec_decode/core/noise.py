@@ -38,7 +38,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from spec_decode.core.randomness import NumpySource, RandomSource
+from spec_decode.core.randomness import NumpySource, RandomSource, fold_seed
 
 #: Entries per block of the two-level race and of the two-level inverse-CDF search.
 NOISE_BLOCK = 1024
@@ -116,8 +116,8 @@ def positional_source(
         rng = rng.generator
     if isinstance(rng, np.random.Generator):
         rng = int(rng.integers(2**63))
-    if isinstance(rng, int | np.integer):
-        return SeededNoise(np.random.SeedSequence(int(rng)), sampler)
+    if isinstance(rng, int | np.integer):  # any integer, folded as every seed is
+        return SeededNoise(np.random.SeedSequence(fold_seed(int(rng))), sampler)
     if isinstance(rng, RandomSource):
         return StreamNoise(rng)
     raise TypeError(f"cannot build positional noise from a {type(rng).__name__}")
