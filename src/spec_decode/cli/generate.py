@@ -29,6 +29,7 @@ from spec_decode.cli.options import (
     prompt_text,
     tree_shape,
 )
+from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption, rule_option
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.drafting.policies import POLICY_NAMES
 from spec_decode.serving.engine import LOOKUP, NO_DRAFT, Completion, Engine, EngineConfig
@@ -82,6 +83,7 @@ def generate_command(
     top_p: TopP = 1.0,
     min_p: MinP = 0.0,
     seed: Seed = 0,
+    rule: RuleOption = DEFAULT_RULE,
     no_draft: Annotated[bool, typer.Option(help="Target-only decoding.")] = False,
     compare: Annotated[bool, typer.Option(help="Also run target-only and compare.")] = False,
     raw: Annotated[bool, typer.Option(help="Do not apply the chat template.")] = False,
@@ -106,11 +108,12 @@ def generate_command(
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
         shape = None if tree is None else tree_shape(tree, _max_leaves(backend, target))
+        rule_option(rule)
         config = EngineConfig(
             target=target, draft=NO_DRAFT if no_draft else draft, backend=backend,
             policy=policy, k=k, tree=shape,
             confidence=confidence, threads=threads, device=device,
-            target_weights=target_weights, draft_weights=draft_weights,
+            target_weights=target_weights, draft_weights=draft_weights, rule=rule,
         )  # fmt: skip
         text = prompt_text(prompt)
         _prepare_packaged(config)
@@ -142,6 +145,7 @@ def generate_command(
         "tree": tree,
         "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p},
         "seed": seed,
+        "rule": rule,
         "prompt_tokens": len(prompt_ids),
         "load_seconds": {
             "target": engine.target.seconds,

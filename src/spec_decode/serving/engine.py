@@ -38,8 +38,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from spec_decode.backends.calibration import (
     cached_draft_seconds,
     cost_curve,
@@ -58,18 +56,15 @@ from spec_decode.backends.prompts import encode_chat, encode_prompt
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from spec_decode.core.generate import StepFunction, chain_step, generate, target_step, tree_step
 from spec_decode.core.randomness import RandomSource
-from spec_decode.core.rules import exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Step, Trace
 from spec_decode.core.tree import TreeShape
-from spec_decode.core.tree_rules import verify_tree
 from spec_decode.drafting.auto import auto_planner, auto_step, draft_model_can_pay
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import POLICY_NAMES, policy_by_name
+from spec_decode.drafting.rule_choice import DEFAULT_RULE, RuleChoice, rule_by_name
 from spec_decode.drafting.suffix import SuffixHistory
-from spec_decode.drafting.tree_drafters import ModelTreeDrafter
 from spec_decode.serving.text import IncrementalText
 
 #: Why a generation ended: an end-of-generation token or a stop string, the token limit, or
@@ -107,6 +102,7 @@ class EngineConfig:
     draft_weights: str = "int8"
     shared_history: bool = True
     reuse_cache: bool = True
+    rule: str = DEFAULT_RULE
 
     def __post_init__(self) -> None:
         if self.policy != "auto" and self.policy not in POLICY_NAMES:
@@ -121,6 +117,7 @@ class EngineConfig:
             raise ValueError("--tree needs a draft model; prompt lookup proposes a single chain")
         if self.target_weights == "int8":
             raise ValueError("int8 target weights break block/one-token consistency; use fp16")
+        rule_by_name(self.rule)  # an unknown rule is refused before anything loads
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
 
@@ -286,6 +283,7 @@ class Engine:
         on_step: StepCallback | None = None,
         cancel: Callable[[], bool] | threading.Event | None = None,
         target_only: bool = False,
+        rule: str | None = None,
     ) -> Completion:
         """Generate up to ``max_tokens`` tokens after the token ids ``prompt``.
 
@@ -306,10 +304,12 @@ class Engine:
         self.check_fits(len(ids), max_tokens)
         text = IncrementalText(self.tokenizer, stop)
         sampling = sampling or SamplingParams()
-        reads_history = sampling.temperature == 0 or seed is None
+        choice = rule_by_name(rule or self.config.rule)
+        # under the coupled rule the drafts (and so the history) never change the output
+        reads_history = choice.coupled or sampling.temperature == 0 or seed is None
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
         with self._lock:
-            step = self._step(sampling, target_only, reads_history)
+            step = self._step(sampling, target_only, reads_history, choice)
             halting = _halting(step, lambda: _halt_reason(text, is_cancelled))
             cached = self._prepare_caches(ids)
 
@@ -329,7 +329,7 @@ class Engine:
                     halting,
                     ids,
                     max_tokens,
-                    np.random.default_rng(seed),
+                    choice.source(seed),
                     on_tokens=on_tokens,
                     stop_tokens=self.target.stop_ids,
                 )
@@ -359,7 +359,9 @@ class Engine:
                 kept.append(0)
         return kept[0]
 
-    def _step(self, sampling: SamplingParams, target_only: bool, history: bool) -> StepFunction:
+    def _step(
+        self, sampling: SamplingParams, target_only: bool, history: bool, choice: RuleChoice
+    ) -> StepFunction:
         """The step function of one request: target-only, auto, a token tree or a chain."""
         config, target = self.config, self.target.model
         if target_only or config.draft == NO_DRAFT:
@@ -367,19 +369,19 @@ class Engine:
         draft = self.draft.model if self.draft is not None else None
         if config.uses_auto:
             assert self.costs is not None  # loaded with the curve
-            model = ModelDrafter(draft, sampling, config.confidence) if draft else None
+            model = choice.model_drafter(draft, sampling, config.confidence) if draft else None
             shared = self.history if history and config.shared_history else None
             planner = auto_planner(self.costs, target.vocab_size, model, config.k, shared)
-            return auto_step(target, planner, sampling)
+            return auto_step(target, planner, sampling, choice.chain)
         if config.tree is not None:
-            drafter = ModelTreeDrafter(draft, sampling, replacement=False)
-            return tree_step(target, drafter, config.tree, verify_tree, sampling)
+            drafter = choice.tree_drafter(draft, sampling)
+            return tree_step(target, drafter, config.tree, choice.tree, sampling)
         if draft is None:
             chain = PromptLookupDrafter(target.vocab_size)
         else:
-            chain = ModelDrafter(draft, sampling, config.confidence)
+            chain = choice.model_drafter(draft, sampling, config.confidence)
         policy = policy_by_name(config.policy, config.k)
-        return chain_step(target, chain, policy, exact_rule, sampling)
+        return chain_step(target, chain, policy, choice.chain, sampling)
 
 
 def _halt_reason(text: IncrementalText, cancelled: Callable[[], bool] | None) -> str | None:

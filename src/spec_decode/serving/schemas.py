@@ -93,6 +93,9 @@ class SamplingFields(BaseModel):
     min_p: FiniteFloat = 0.0
     max_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
+    #: The verification rule (non-standard): coupled (same seed, same tokens as target-only
+    #: decoding) or standard; the server's default when omitted.
+    rule: Literal["coupled", "standard"] | None = None
     n: int = 1
     stop: str | list[str] | None = None
     stream: bool = False

@@ -200,7 +200,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         except ValueError as error:
             code = "context_length_exceeded" if "context window" in str(error) else None
             raise APIError(400, str(error), param=param, code=code) from error
-        return Job(prompt, max_tokens, sampling, body.seed, body.stop_strings())
+        return Job(prompt, max_tokens, sampling, body.seed, body.stop_strings(), rule=body.rule)
 
     def submit(job: Job, path: str) -> Future[Completion]:
         try:

@@ -38,6 +38,7 @@ class Job:
     sampling: SamplingParams
     seed: int | None = None
     stop: Sequence[str] = ()
+    rule: str | None = None  # None: the engine's configured rule
     on_step: StepCallback | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     timed_out: bool = False
@@ -104,6 +105,7 @@ class Worker:
                 sampling=job.sampling,
                 seed=job.seed,
                 stop=job.stop,
+                rule=job.rule,
                 on_step=job.on_step,
                 cancel=self._cancel_check(job),
             )
