@@ -44,6 +44,7 @@ Run: ``python bench/serve.py --llama-server PATH/build/bin/llama-server [--ours]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -322,7 +323,15 @@ def main() -> None:
         type=float,
         help="start no new session after this many minutes; report the sessions every variant ran",
     )
+    parser.add_argument(
+        "--render", action="store_true", help="only redraw STEM.md and STEM.png from STEM.json"
+    )
     args = parser.parse_args()
+    if args.render:
+        results = json.loads((RESULTS / f"{args.stem}.json").read_text())
+        (RESULTS / f"{args.stem}.md").write_text(markdown(results))
+        plot(results, args.stem)
+        return
     target = packaged.gguf_file(packaged.DEFAULT_TARGET)
     draft = packaged.gguf_file(packaged.DEFAULT_DRAFT)
     chosen = variants(args, draft)
@@ -378,6 +387,7 @@ def main() -> None:
             checks.update(template_check(servers[BASELINE], sessions))
         state["rep"] = rep
 
+    info = machine()  # the load average at the start, before any server
     begin = time.perf_counter()
     done: dict[str, dict[str, list[dict[str, object]]]] = {}
 
@@ -414,7 +424,7 @@ def main() -> None:
         if len(by_variant) == len(servers)
     }
     results = {
-        "machine": machine(),
+        "machine": info,
         "threads": args.threads,
         "tokens": args.tokens,
         "reps": args.reps,
@@ -518,6 +528,10 @@ def identity(results: dict) -> dict[str, dict[str, object]]:
     return out
 
 
+def _load(average: list[float] | None) -> str:
+    return "not recorded" if average is None else f"{average[0]:.2f}"
+
+
 def markdown(results: dict) -> str:
     info = results["machine"]
     summary = results["summary"]
@@ -540,7 +554,7 @@ def markdown(results: dict) -> str:
         "## Serving: llama-server beside spec-decode serve (`python bench/serve.py`)",
         "",
         f"{info['cpu']}, {info['cores']} cores (shared with other work: load average "
-        f"{info['load_average_start'][0]:.2f} at start, {info['load_average_end'][0]:.2f} at "
+        f"{_load(info['load_average_start'])} at start, {info['load_average_end'][0]:.2f} at "
         f"end, {loads[0]:.1f}-{loads[-1]:.1f} after the sessions, median "
         f"{statistics.median(loads):.1f}), {results['threads']} threads, one slot, context "
         f"{results['ctx']}. Target "
@@ -599,6 +613,14 @@ def markdown(results: dict) -> str:
             f"Chat prompts: llama-server's `/apply-template` equals our rendering of the GGUF's "
             f"template on {same}/{len(checks)} first turns.",
         ]
+    lines += [
+        "",
+        "llama-server is a default build of the llama.cpp that llama-cpp-python 0.3.36 vendors: "
+        "`pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36`, unpack, then in "
+        "`vendor/llama.cpp`: `cmake -B build -G Ninja -DGGML_NATIVE=ON -DLLAMA_CURL=OFF "
+        "-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF && cmake --build build --target "
+        "llama-server -j 2`.",
+    ]
     env = " ".join(f"{k}={v}" for k, v in results.get("server_env", {}).items())
     lines += [
         "",
