@@ -28,6 +28,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--label", default="")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: process CPU time (meaningful with --threads 1 on a loaded machine)")
     ap.add_argument("--json")
     args = ap.parse_args()
     llama_cpp.llama_backend_init()
@@ -57,16 +59,19 @@ def main() -> None:
 
     decode(toks[: args.context], 0)
     times = {b: [] for b in blocks}
+    cpu = {b: [] for b in blocks}  # process CPU time: robust to other load with --threads 1
     for b in blocks:  # warm-up
         decode(toks[args.context : args.context + b], args.context)
         llama_cpp.llama_memory_seq_rm(mem, 0, args.context, -1)
     for _ in range(args.reps):
         for b in blocks:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             decode(toks[args.context : args.context + b], args.context)
             times[b].append(time.perf_counter() - t0)
+            cpu[b].append(time.process_time() - c0)
             llama_cpp.llama_memory_seq_rm(mem, 0, args.context, -1)
-    med = {b: statistics.median(v) for b, v in times.items()}
+    clock = cpu if args.clock == "cpu" else times
+    med = {b: statistics.median(v) for b, v in clock.items()}
     one = med[blocks[0]] if blocks[0] == 1 else None
     print(f"build: {os.environ.get('LLAMA_CPP_LIB_PATH', 'llama-cpp-python stock')} {args.label}")
     for b in blocks:
@@ -76,7 +81,7 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"label": args.label, "lib": os.environ.get("LLAMA_CPP_LIB_PATH"),
                        "env": {k: v for k, v in os.environ.items() if k.startswith("GGML")},
-                       "median_s": med, "all_s": times, "context": args.context,
+                       "clock": args.clock, "median_s": med, "all_wall_s": times, "all_cpu_s": cpu, "context": args.context,
                        "threads": args.threads}, f, indent=1)
 
 
