@@ -81,7 +81,8 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"label": args.label, "lib": os.environ.get("LLAMA_CPP_LIB_PATH"),
                        "env": {k: v for k, v in os.environ.items() if k.startswith("GGML")},
-                       "clock": args.clock, "median_s": med, "all_wall_s": times, "all_cpu_s": cpu, "context": args.context,
+                       "clock": args.clock, "median_s": med,
+                       "min_s": {b: min(v) for b, v in clock.items()}, "all_wall_s": times, "all_cpu_s": cpu, "context": args.context,
                        "threads": args.threads}, f, indent=1)
 
 
