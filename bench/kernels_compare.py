@@ -27,8 +27,12 @@ HERE = Path(__file__).resolve().parent
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
-    ap.add_argument("--build", action="append", required=True,
-                    help="LABEL=LIB_DIR (empty LIB_DIR: llama-cpp-python's own libraries)")
+    ap.add_argument(
+        "--build",
+        action="append",
+        required=True,
+        help="LABEL=LIB_DIR (empty LIB_DIR: llama-cpp-python's own libraries)",
+    )
     ap.add_argument("--blocks", default="1,2,4,8,16,32,48")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
@@ -49,34 +53,81 @@ def main() -> None:
                 env["LLAMA_CPP_LIB_PATH"] = lib
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 started = time.time()
-                subprocess.run([sys.executable, str(HERE / "kernels_cost.py"), args.model,
-                                "--blocks", args.blocks, "--reps", str(args.reps),
-                                "--threads", str(args.threads), "--label", label, "--clock", args.clock,
-                                "--json", tmp.name], env=env, check=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        str(HERE / "kernels_cost.py"),
+                        args.model,
+                        "--blocks",
+                        args.blocks,
+                        "--reps",
+                        str(args.reps),
+                        "--threads",
+                        str(args.threads),
+                        "--label",
+                        label,
+                        "--clock",
+                        args.clock,
+                        "--json",
+                        tmp.name,
+                    ],
+                    env=env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 data = json.loads(Path(tmp.name).read_text())
             load = os.getloadavg()[0]
             med = {int(k): v for k, v in data["median_s"].items()}
-            rounds.append({"round": r, "build": label, "lib": lib or None, "median_s": med,
-                           "min_s": {int(k): v for k, v in data["min_s"].items()},
-                           "loadavg_1min": load, "wall_s": round(time.time() - started, 1)})
-            print(f"round {r} {label:8s} load {load:5.1f}  " + "  ".join(
-                f"B={b}: {1000 * s:7.1f} ms ({s / med[1]:.2f}x)" for b, s in med.items()), flush=True)
-    minima = {label: {b: min(x["min_s"][b] for x in rounds if x["build"] == label)
-                      for b in rounds[0]["min_s"]} for label, _ in builds}
+            rounds.append(
+                {
+                    "round": r,
+                    "build": label,
+                    "lib": lib or None,
+                    "median_s": med,
+                    "min_s": {int(k): v for k, v in data["min_s"].items()},
+                    "loadavg_1min": load,
+                    "wall_s": round(time.time() - started, 1),
+                }
+            )
+            print(
+                f"round {r} {label:8s} load {load:5.1f}  "
+                + "  ".join(
+                    f"B={b}: {1000 * s:7.1f} ms ({s / med[1]:.2f}x)" for b, s in med.items()
+                ),
+                flush=True,
+            )
+    minima = {
+        label: {
+            b: min(x["min_s"][b] for x in rounds if x["build"] == label) for b in rounds[0]["min_s"]
+        }
+        for label, _ in builds
+    }
     summary = {}
     for label, _ in builds:
         mine = [x for x in rounds if x["build"] == label]
         blocks = sorted(mine[0]["median_s"])
         summary[label] = {
-            b: {"ms": 1000 * statistics.median(x["median_s"][b] for x in mine),
-                "x_one_token": statistics.median(x["median_s"][b] / x["median_s"][1] for x in mine)}
+            b: {
+                "ms": 1000 * statistics.median(x["median_s"][b] for x in mine),
+                "x_one_token": statistics.median(x["median_s"][b] / x["median_s"][1] for x in mine),
+            }
             for b in blocks
         }
-    Path(args.out).write_text(json.dumps({"model": os.path.basename(args.model),
-                                          "threads": args.threads, "reps": args.reps, "clock": args.clock,
-                                          "rounds": rounds, "summary": summary,
-                                          "minimum_over_all_reps_s": minima}, indent=1))
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "model": os.path.basename(args.model),
+                "threads": args.threads,
+                "reps": args.reps,
+                "clock": args.clock,
+                "rounds": rounds,
+                "summary": summary,
+                "minimum_over_all_reps_s": minima,
+            },
+            indent=1,
+        )
+    )
     print(json.dumps({"summary": summary, "minimum_over_all_reps_s": minima}, indent=1))
 
 

@@ -28,8 +28,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--label", default="")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="cpu: process CPU time (meaningful with --threads 1 on a loaded machine)")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: process CPU time (meaningful with --threads 1 on a loaded machine)",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     llama_cpp.llama_backend_init()
@@ -79,11 +83,22 @@ def main() -> None:
         print(f"  B={b:3d}  {1000 * med[b]:8.1f} ms  {rel}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"label": args.label, "lib": os.environ.get("LLAMA_CPP_LIB_PATH"),
-                       "env": {k: v for k, v in os.environ.items() if k.startswith("GGML")},
-                       "clock": args.clock, "median_s": med,
-                       "min_s": {b: min(v) for b, v in clock.items()}, "all_wall_s": times, "all_cpu_s": cpu, "context": args.context,
-                       "threads": args.threads}, f, indent=1)
+            json.dump(
+                {
+                    "label": args.label,
+                    "lib": os.environ.get("LLAMA_CPP_LIB_PATH"),
+                    "env": {k: v for k, v in os.environ.items() if k.startswith("GGML")},
+                    "clock": args.clock,
+                    "median_s": med,
+                    "min_s": {b: min(v) for b, v in clock.items()},
+                    "all_wall_s": times,
+                    "all_cpu_s": cpu,
+                    "context": args.context,
+                    "threads": args.threads,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -44,16 +44,26 @@ def main() -> None:
     print(f"blocks with every row bitwise equal to one-token rows: {exact}")
     print(f"blocks with differing rows: {inexact}")
     for b in inexact[:12]:
-        print(f"  B={b}: rows {result[b]['rows'][:10]}{'...' if len(result[b]['rows']) > 10 else ''}"
-              f" max |logit diff| {result[b]['max_abs_diff']:.3g}")
+        print(
+            f"  B={b}: rows {result[b]['rows'][:10]}{'...' if len(result[b]['rows']) > 10 else ''}"
+            f" max |logit diff| {result[b]['max_abs_diff']:.3g}"
+        )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"model": os.path.basename(model), "status": kernels_status(),
-                       "exact_rows_build": patched_exact_rows(),
-                       "lib_path": os.environ.get("LLAMA_CPP_LIB_PATH"),
-                       "prompt_len": args.prompt_len, "threads": args.threads,
-                       "seconds": round(time.time() - started, 1),
-                       "blocks": result}, f, indent=1)
+            json.dump(
+                {
+                    "model": os.path.basename(model),
+                    "status": kernels_status(),
+                    "exact_rows_build": patched_exact_rows(),
+                    "lib_path": os.environ.get("LLAMA_CPP_LIB_PATH"),
+                    "prompt_len": args.prompt_len,
+                    "threads": args.threads,
+                    "seconds": round(time.time() - started, 1),
+                    "blocks": result,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

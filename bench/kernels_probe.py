@@ -19,7 +19,6 @@ import collections
 import ctypes
 import json
 import os
-import sys
 
 import llama_cpp
 import numpy as np
@@ -46,7 +45,9 @@ GgmlTensor._fields_ = [
     ("padding", ctypes.c_char * 8),
 ]
 
-_lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH") or os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+_lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH") or os.path.join(
+    os.path.dirname(llama_cpp.__file__), "lib"
+)
 _ggml_base = ctypes.CDLL(os.path.join(_lib_dir, "libggml-base.so"))
 _ggml_base.ggml_op_desc.restype = ctypes.c_char_p
 _ggml_base.ggml_op_desc.argtypes = [ctypes.POINTER(GgmlTensor)]
@@ -62,7 +63,7 @@ def view(t: GgmlTensor) -> np.ndarray | None:
         return None
     ne = list(t.ne)
     nb = list(t.nb)
-    span = sum((n - 1) * s for n, s in zip(ne, nb)) + 4
+    span = sum((n - 1) * s for n, s in zip(ne, nb, strict=True)) + 4
     buf = (ctypes.c_char * span).from_address(t.data)
     flat = np.frombuffer(buf, dtype=np.uint8)
     return np.lib.stride_tricks.as_strided(flat.view(np.float32), shape=ne[::-1], strides=nb[::-1])
@@ -89,7 +90,7 @@ class Recorder:
 
     def _cb(self, tp, ask, _user):
         if self.mode == "off":
-            return False if ask else True
+            return not ask
         if ask:
             return True
         t = ctypes.cast(tp, ctypes.POINTER(GgmlTensor)).contents
@@ -110,24 +111,48 @@ class Recorder:
         ref, _ = self.ref[key]
         sl = self._row_slice(arr.shape, ref.shape)
         if sl is None:
-            self.report.append({"node": key, "op": op, "srcs": srcs, "status": "shape",
-                                "shape": list(arr.shape), "ref_shape": list(ref.shape)})
+            self.report.append(
+                {
+                    "node": key,
+                    "op": op,
+                    "srcs": srcs,
+                    "status": "shape",
+                    "shape": list(arr.shape),
+                    "ref_shape": list(ref.shape),
+                }
+            )
             return True
         if name.startswith("kq-"):
             # attention scores [head, token, cell]: cells after the first token's own position are
             # other block tokens (masked to -inf next): compare and patch only cells 0..P
-            sl = sl[:-1] + (slice(0, self.n_kv_pos),)
+            sl = (*sl[:-1], slice(0, self.n_kv_pos))
         mine, theirs = arr[sl], ref[tuple(slice(0, n) for n in arr[sl].shape)]
         if mine.shape != theirs.shape:
-            self.report.append({"node": key, "op": op, "srcs": srcs, "status": "shape",
-                                "shape": list(arr.shape), "ref_shape": list(ref.shape)})
+            self.report.append(
+                {
+                    "node": key,
+                    "op": op,
+                    "srcs": srcs,
+                    "status": "shape",
+                    "shape": list(arr.shape),
+                    "ref_shape": list(ref.shape),
+                }
+            )
             return True
         eq = np.array_equal(mine.view(np.uint32), theirs.view(np.uint32))
         with np.errstate(invalid="ignore"):
             d = np.abs(mine.astype(np.float64) - theirs)
             diff = float(np.nanmax(np.where(np.isfinite(d), d, 0))) if d.size else 0.0
-        self.report.append({"node": key, "op": op, "srcs": srcs, "equal": bool(eq),
-                            "max_abs_diff": diff, "shape": list(arr.shape)})
+        self.report.append(
+            {
+                "node": key,
+                "op": op,
+                "srcs": srcs,
+                "equal": bool(eq),
+                "max_abs_diff": diff,
+                "shape": list(arr.shape),
+            }
+        )
         if not eq:
             arr[sl] = theirs  # patch: downstream ops see the one-token inputs
         return True
@@ -137,7 +162,7 @@ class Recorder:
         if len(shape) != len(ref_shape):
             return None
         sl = []
-        for n, r in zip(shape, ref_shape):
+        for n, r in zip(shape, ref_shape, strict=True):
             if n == r:
                 sl.append(slice(None))
             elif r == 1:
@@ -206,16 +231,28 @@ def main() -> None:
         bad = [r for r in rec.report if r.get("equal") is False]
         other = [r for r in rec.report if "equal" not in r]
         ops = collections.Counter((r["node"].split("-")[0].split("#")[0], r["op"]) for r in bad)
-        print(f"B={B}: {len(rec.report)} nodes, {len(bad)} differ, {len(other)} unchecked", flush=True)
+        print(
+            f"B={B}: {len(rec.report)} nodes, {len(bad)} differ, {len(other)} unchecked", flush=True
+        )
         for (name, op), n in sorted(ops.items()):
-            worst = max(r["max_abs_diff"] for r in bad if r["node"].split("-")[0].split("#")[0] == name and r["op"] == op)
+            worst = max(
+                r["max_abs_diff"]
+                for r in bad
+                if r["node"].split("-")[0].split("#")[0] == name and r["op"] == op
+            )
             print(f"    {name:24s} {op:12s} x{n:3d}  max |diff| {worst:.3g}")
         for r in other[:5]:
             print("    unchecked:", r)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"build": llama_cpp.llama_print_system_info().decode(), "lib_dir": _lib_dir,
-                       "results": results}, f)
+            json.dump(
+                {
+                    "build": llama_cpp.llama_print_system_info().decode(),
+                    "lib_dir": _lib_dir,
+                    "results": results,
+                },
+                f,
+            )
 
 
 if __name__ == "__main__":

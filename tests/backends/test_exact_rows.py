@@ -47,8 +47,14 @@ def q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     nibbles) whose weights have a spread of about 1/sqrt(cols)."""
     n = rows * cols // QK_K
     blocks = np.zeros((n, 144), np.uint8)
-    blocks[:, 0:2] = np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)), np.float16).view(np.uint8).reshape(n, 2)
-    blocks[:, 2:4] = np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)) * 7.5 * 32 / 24, np.float16).view(np.uint8).reshape(n, 2)
+    blocks[:, 0:2] = (
+        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)), np.float16).view(np.uint8).reshape(n, 2)
+    )
+    blocks[:, 2:4] = (
+        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)) * 7.5 * 32 / 24, np.float16)
+        .view(np.uint8)
+        .reshape(n, 2)
+    )
     scales = rng.integers(16, 48, size=(n, 16))  # 8 scales then 8 mins, 6 bits each
     packed = np.zeros((n, 12), np.uint8)  # the Q4_K 12-byte scale layout (ggml-quants.c)
     for j in range(8):
@@ -137,9 +143,21 @@ def stock_env() -> dict[str, str]:
 
 def check_in_subprocess(model: Path, env: dict[str, str], blocks: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "spec_decode.backends.llamacpp.exact_rows", str(model),
-         "--blocks", blocks, "--prompt-len", str(PROMPT)],
-        env=env, capture_output=True, text=True, check=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "spec_decode.backends.llamacpp.exact_rows",
+            str(model),
+            "--blocks",
+            blocks,
+            "--prompt-len",
+            str(PROMPT),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -24,7 +24,9 @@ console = Console(stderr=True)
 def build_kernels_command(
     sdist: Annotated[
         Path | None,
-        typer.Option(help="llama-cpp-python 0.3.36 sdist (default: pip downloads it; sha256 checked)."),
+        typer.Option(
+            help="llama-cpp-python 0.3.36 sdist (default: pip downloads it; sha256 checked)."
+        ),
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Compiler jobs.")] = 2,
     work_dir: Annotated[
@@ -59,8 +61,13 @@ def build_kernels_command(
         return
     if info is None or force:
         try:
-            folder = build.build(sdist=sdist, jobs=jobs, work_dir=work_dir,
-                                 keep_work=work_dir is not None, log=console.print)
+            folder = build.build(
+                sdist=sdist,
+                jobs=jobs,
+                work_dir=work_dir,
+                keep_work=work_dir is not None,
+                log=console.print,
+            )
         except (ValueError, RuntimeError, OSError) as error:
             console.print(f"[red]error:[/] {error}")
             raise typer.Exit(1) from error

@@ -52,7 +52,7 @@ CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=ON",
     "-DGGML_NATIVE=ON",
-    "-DGGML_LLAMAFILE=OFF",  # llamafile's sgemm takes batches in other kernels the patch leaves alone
+    "-DGGML_LLAMAFILE=OFF",  # llamafile's sgemm: batch kernels the patch leaves alone
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_BUILD_COMMON=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
@@ -106,8 +106,18 @@ def fetch_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     log(f"downloading llama-cpp-python=={SDIST_VERSION} (source) with pip")
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-         f"llama-cpp-python=={SDIST_VERSION}", "-d", str(dest)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            f"llama-cpp-python=={SDIST_VERSION}",
+            "-d",
+            str(dest),
+        ],
         check=True,
     )
     return dest / SDIST_NAME
@@ -116,8 +126,10 @@ def fetch_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
 def check_sdist(path: Path) -> None:
     got = sha256_of(path)
     if got != SDIST_SHA256:
-        raise ValueError(f"{path}: sha256 {got}, expected {SDIST_SHA256} (llama-cpp-python "
-                         f"{SDIST_VERSION}'s sdist); refusing to build from it")
+        raise ValueError(
+            f"{path}: sha256 {got}, expected {SDIST_SHA256} (llama-cpp-python "
+            f"{SDIST_VERSION}'s sdist); refusing to build from it"
+        )
 
 
 def unpack_llama_cpp(sdist: Path, work: Path) -> Path:
@@ -133,8 +145,12 @@ def unpack_llama_cpp(sdist: Path, work: Path) -> Path:
 
 def apply_patch(source: Path, log: Callable[[str], None] = print) -> None:
     log(f"applying {PATCH.name} (sha256 {patch_sha256()[:12]})")
-    subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(PATCH)], cwd=source,
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH)],
+        cwd=source,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def marker_of(folder: Path) -> int:
@@ -146,8 +162,9 @@ def marker_of(folder: Path) -> int:
         "print(0 if f is None else int(f()))\n"
     )
     env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(folder))
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    )
     return int(out.stdout.strip().splitlines()[-1])
 
 
@@ -179,11 +196,15 @@ def build(
         apply_patch(source, log)
         build_tree = work / "build"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        subprocess.run(["cmake", "-S", str(source), "-B", str(build_tree), *generator,
-                        *CMAKE_ARGS], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["cmake", "-S", str(source), "-B", str(build_tree), *generator, *CMAKE_ARGS],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         log(f"compiling {', '.join(TARGETS)} with -j {jobs} (several minutes)")
-        subprocess.run(["cmake", "--build", str(build_tree), "--target", *TARGETS, "-j",
-                        str(jobs)], check=True)
+        subprocess.run(
+            ["cmake", "--build", str(build_tree), "--target", *TARGETS, "-j", str(jobs)], check=True
+        )
         dest = lib_dir()
         staging = dest.with_name(dest.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
