@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from spec_decode.cli.audit import audit_command
+from spec_decode.cli.build_kernels import build_kernels_command
 from spec_decode.cli.calibrate import calibrate_command
 from spec_decode.cli.generate import generate_command
 from spec_decode.cli.models import models_app
@@ -23,6 +24,7 @@ app.command(name="audit")(audit_command)
 app.command(name="generate")(generate_command)
 app.command(name="calibrate")(calibrate_command)
 app.command(name="serve")(serve_command)
+app.command(name="build-kernels")(build_kernels_command)
 app.add_typer(models_app, name="models")
 
 if __name__ == "__main__":

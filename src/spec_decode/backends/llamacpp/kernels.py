@@ -5,8 +5,10 @@ row goes through; plus llama.cpp's log routing."""
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import sys
+import warnings
 
 import llama_cpp
 import numpy as np
@@ -26,13 +28,58 @@ def build_features() -> dict[str, str]:
     return dict(re.findall(r"([A-Z0-9_]+) = (\w+)", info))
 
 
+def patched_exact_rows() -> int:
+    """``spec_decode_exact_rows()`` of the llama.cpp libraries this process loaded: the block size
+    up to which the exact-rows build (``spec-decode build-kernels``) scores rows bitwise equal to
+    one-token rows; 0 on a stock build (no such symbol) or where its kernels are not covered."""
+    function = getattr(llama_cpp.llama_cpp._lib, "spec_decode_exact_rows", None)
+    if function is None:
+        return 0
+    function.restype, function.argtypes = ctypes.c_int, []
+    return max(0, int(function()))
+
+
 def exact_block_size() -> int:
     """The longest block whose rows this llama.cpp build computes bitwise equal to one-token
-    scoring: 7 without llamafile and repack kernels, 3 without llamafile but with repack, else 1
-    (only one-token passes)."""
+    scoring: what the exact-rows build reports (64) when that build is loaded, else by stock
+    build features: 7 without llamafile and repack kernels, 3 without llamafile but with repack,
+    else 1 (only one-token passes). Warns once when ``LLAMA_CPP_LIB_PATH`` is set but the loaded
+    libraries are not the exact-rows build."""
+    rows = patched_exact_rows()
+    if rows:
+        return rows
     features = build_features()
-    key = ("LLAMAFILE" in features, "REPACK" in features)
-    return _EXACT_BLOCKS.get(key, 1)
+    size = _EXACT_BLOCKS.get(("LLAMAFILE" in features, "REPACK" in features), 1)
+    _warn_fallback(size)
+    return size
+
+
+def kernels_status() -> str:
+    """One sentence on which llama.cpp build this process runs and what it guarantees."""
+    rows = patched_exact_rows()
+    where = os.environ.get("LLAMA_CPP_LIB_PATH") or "llama-cpp-python's own libraries"
+    if rows:
+        return f"exact-rows llama.cpp build ({where}): blocks of up to {rows} tokens exact"
+    size = exact_block_size()
+    return (
+        f"stock llama.cpp build ({where}): blocks of up to {size} tokens exact; "
+        "`spec-decode build-kernels` builds the exact-rows kernels"
+    )
+
+
+_warned: list[bool] = []
+
+
+def _warn_fallback(size: int) -> None:
+    lib_path = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if lib_path and not _warned:
+        _warned.append(True)
+        warnings.warn(
+            f"LLAMA_CPP_LIB_PATH={lib_path} but the llama.cpp loaded is not the exact-rows build "
+            f"(no spec_decode_exact_rows): falling back to exact blocks of {size} tokens",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def invariant_batch_size() -> int | None:

@@ -1,0 +1,105 @@
+"""Cost of scoring a block of B tokens in one llama_decode, in one-token passes.
+
+After a prompt of --context tokens, each block of B tokens (logits for every row, as the backend
+asks) is decoded, timed and removed again with llama_memory_seq_rm; medians over --reps, blocks
+interleaved so that machine noise hits every size alike.  Which llama.cpp build runs is
+LLAMA_CPP_LIB_PATH's (llama-cpp-python's own libraries when unset).
+
+    python bench/kernels_cost.py MODEL.gguf --blocks 1,2,4,8,16,32,48 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import llama_cpp
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--blocks", default="1,2,3,4,8,16,32,48")
+    ap.add_argument("--context", type=int, default=48)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--label", default="")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: process CPU time (meaningful with --threads 1 on a loaded machine)",
+    )
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    llama_cpp.llama_backend_init()
+    mp = llama_cpp.llama_model_default_params()
+    model = llama_cpp.llama_model_load_from_file(args.model.encode(), mp)
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+    cp.n_threads = cp.n_threads_batch = args.threads
+    cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.no_perf = True
+    ctx = llama_cpp.llama_init_from_model(model, cp)
+    mem = llama_cpp.llama_get_memory(ctx)
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    blocks = [int(b) for b in args.blocks.split(",")]
+    rng = np.random.default_rng(0)
+    toks = rng.integers(100, 30000, size=args.context + max(blocks)).tolist()
+
+    def decode(ts, pos0):
+        batch.n_tokens = len(ts)
+        for i, t in enumerate(ts):
+            batch.token[i] = t
+            batch.pos[i] = pos0 + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = True
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+
+    decode(toks[: args.context], 0)
+    times = {b: [] for b in blocks}
+    cpu = {b: [] for b in blocks}  # process CPU time: robust to other load with --threads 1
+    for b in blocks:  # warm-up
+        decode(toks[args.context : args.context + b], args.context)
+        llama_cpp.llama_memory_seq_rm(mem, 0, args.context, -1)
+    for _ in range(args.reps):
+        for b in blocks:
+            t0, c0 = time.perf_counter(), time.process_time()
+            decode(toks[args.context : args.context + b], args.context)
+            times[b].append(time.perf_counter() - t0)
+            cpu[b].append(time.process_time() - c0)
+            llama_cpp.llama_memory_seq_rm(mem, 0, args.context, -1)
+    clock = cpu if args.clock == "cpu" else times
+    med = {b: statistics.median(v) for b, v in clock.items()}
+    one = med[blocks[0]] if blocks[0] == 1 else None
+    print(f"build: {os.environ.get('LLAMA_CPP_LIB_PATH', 'llama-cpp-python stock')} {args.label}")
+    for b in blocks:
+        rel = f"{med[b] / one:6.2f}x" if one else ""
+        print(f"  B={b:3d}  {1000 * med[b]:8.1f} ms  {rel}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "label": args.label,
+                    "lib": os.environ.get("LLAMA_CPP_LIB_PATH"),
+                    "env": {k: v for k, v in os.environ.items() if k.startswith("GGML")},
+                    "clock": args.clock,
+                    "median_s": med,
+                    "min_s": {b: min(v) for b, v in clock.items()},
+                    "all_wall_s": times,
+                    "all_cpu_s": cpu,
+                    "context": args.context,
+                    "threads": args.threads,
+                },
+                f,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""Find llama.cpp's batch-dependent ops: a token scored alone vs the same token inside a block.
+
+For each block size B the script scores a prompt, then (reference) the block's first token alone,
+then (block run, on a fresh cache) the whole block of B tokens in one ``llama_decode``. An eval
+callback (``cb_eval``) sees every graph node as it is computed. In the block run, each node's row
+for the first token is compared bitwise with the reference node and then *overwritten with the
+reference values*, so every op downstream gets bitwise the inputs it had when the token was scored
+alone: an op is reported as batch-dependent only if its own output changes (its inputs being
+equal), not because an earlier op changed.  Run with ``LLAMA_CPP_LIB_PATH`` set to probe another
+build.
+
+    python bench/kernels_probe.py MODEL.gguf --blocks 2,3,4,5,8,16,64 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import json
+import os
+
+import llama_cpp
+import numpy as np
+
+
+class GgmlTensor(ctypes.Structure):  # ggml.h of the vendored llama.cpp (0c1e570)
+    pass
+
+
+GgmlTensor._fields_ = [
+    ("type", ctypes.c_int),
+    ("buffer", ctypes.c_void_p),
+    ("ne", ctypes.c_int64 * 4),
+    ("nb", ctypes.c_size_t * 4),
+    ("op", ctypes.c_int),
+    ("op_params", ctypes.c_int32 * 16),
+    ("flags", ctypes.c_int32),
+    ("src", ctypes.POINTER(GgmlTensor) * 10),
+    ("view_src", ctypes.POINTER(GgmlTensor)),
+    ("view_offs", ctypes.c_size_t),
+    ("data", ctypes.c_void_p),
+    ("name", ctypes.c_char * 64),
+    ("extra", ctypes.c_void_p),
+    ("padding", ctypes.c_char * 8),
+]
+
+_lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH") or os.path.join(
+    os.path.dirname(llama_cpp.__file__), "lib"
+)
+_ggml_base = ctypes.CDLL(os.path.join(_lib_dir, "libggml-base.so"))
+_ggml_base.ggml_op_desc.restype = ctypes.c_char_p
+_ggml_base.ggml_op_desc.argtypes = [ctypes.POINTER(GgmlTensor)]
+_ggml_base.ggml_type_name.restype = ctypes.c_char_p
+_ggml_base.ggml_type_name.argtypes = [ctypes.c_int]
+
+F32 = 0
+
+
+def view(t: GgmlTensor) -> np.ndarray | None:
+    """The tensor's data as a strided float32 array indexed [ne3, ne2, ne1, ne0] (no copy)."""
+    if t.type != F32 or not t.data:
+        return None
+    ne = list(t.ne)
+    nb = list(t.nb)
+    span = sum((n - 1) * s for n, s in zip(ne, nb, strict=True)) + 4
+    buf = (ctypes.c_char * span).from_address(t.data)
+    flat = np.frombuffer(buf, dtype=np.uint8)
+    return np.lib.stride_tricks.as_strided(flat.view(np.float32), shape=ne[::-1], strides=nb[::-1])
+
+
+class Recorder:
+    """cb_eval: capture (reference) or compare-and-patch (block) every f32 node."""
+
+    def __init__(self) -> None:
+        self.mode = "off"
+        self.ref: dict[str, tuple[np.ndarray, str]] = {}
+        self.report: list[dict] = []
+        self.counts: collections.Counter = collections.Counter()
+        self.n_kv_pos = 0  # positions (0..P) that the first token may attend to
+        self.cb = llama_cpp.ggml_backend_sched_eval_callback(self._cb)
+
+    def start(self, mode: str) -> None:
+        self.mode = mode
+        self.counts = collections.Counter()
+        if mode == "ref":
+            self.ref = {}
+        if mode == "block":
+            self.report = []
+
+    def _cb(self, tp, ask, _user):
+        if self.mode == "off":
+            return not ask
+        if ask:
+            return True
+        t = ctypes.cast(tp, ctypes.POINTER(GgmlTensor)).contents
+        name = t.name.decode()
+        self.counts[name] += 1
+        key = f"{name}#{self.counts[name]}"
+        arr = view(t)
+        if arr is None:
+            return True
+        op = _ggml_base.ggml_op_desc(ctypes.byref(t)).decode()
+        srcs = [t.src[i].contents.name.decode() for i in range(10) if t.src[i]]
+        if self.mode == "ref":
+            self.ref[key] = (np.array(arr), op)
+            return True
+        if key not in self.ref:
+            self.report.append({"node": key, "op": op, "srcs": srcs, "status": "no reference"})
+            return True
+        ref, _ = self.ref[key]
+        sl = self._row_slice(arr.shape, ref.shape)
+        if sl is None:
+            self.report.append(
+                {
+                    "node": key,
+                    "op": op,
+                    "srcs": srcs,
+                    "status": "shape",
+                    "shape": list(arr.shape),
+                    "ref_shape": list(ref.shape),
+                }
+            )
+            return True
+        if name.startswith("kq-"):
+            # attention scores [head, token, cell]: cells after the first token's own position are
+            # other block tokens (masked to -inf next): compare and patch only cells 0..P
+            sl = (*sl[:-1], slice(0, self.n_kv_pos))
+        mine, theirs = arr[sl], ref[tuple(slice(0, n) for n in arr[sl].shape)]
+        if mine.shape != theirs.shape:
+            self.report.append(
+                {
+                    "node": key,
+                    "op": op,
+                    "srcs": srcs,
+                    "status": "shape",
+                    "shape": list(arr.shape),
+                    "ref_shape": list(ref.shape),
+                }
+            )
+            return True
+        eq = np.array_equal(mine.view(np.uint32), theirs.view(np.uint32))
+        with np.errstate(invalid="ignore"):
+            d = np.abs(mine.astype(np.float64) - theirs)
+            diff = float(np.nanmax(np.where(np.isfinite(d), d, 0))) if d.size else 0.0
+        self.report.append(
+            {
+                "node": key,
+                "op": op,
+                "srcs": srcs,
+                "equal": bool(eq),
+                "max_abs_diff": diff,
+                "shape": list(arr.shape),
+            }
+        )
+        if not eq:
+            arr[sl] = theirs  # patch: downstream ops see the one-token inputs
+        return True
+
+    def _row_slice(self, shape, ref_shape):
+        """Index of the first token's part of a block tensor, given the one-token tensor."""
+        if len(shape) != len(ref_shape):
+            return None
+        sl = []
+        for n, r in zip(shape, ref_shape, strict=True):
+            if n == r:
+                sl.append(slice(None))
+            elif r == 1:
+                sl.append(slice(0, 1))  # token axis: row 0 is the first token
+            elif n > r:
+                sl.append(slice(0, r))  # padded axis (e.g. the mask's token rows)
+            else:
+                return None
+        return tuple(sl)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--blocks", default="2,3,4,5,6,7,8,12,16,32,64")
+    ap.add_argument("--prompt-len", type=int, default=48)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    llama_cpp.llama_backend_init()
+    rec = Recorder()
+    mp = llama_cpp.llama_model_default_params()
+    model = llama_cpp.llama_model_load_from_file(args.model.encode(), mp)
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+    cp.n_threads = cp.n_threads_batch = args.threads
+    cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.cb_eval = rec.cb
+    cp.cb_eval_user_data = None
+    ctx = llama_cpp.llama_init_from_model(model, cp)
+    mem = llama_cpp.llama_get_memory(ctx)
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    rng = np.random.default_rng(0)
+    blocks = [int(b) for b in args.blocks.split(",")]
+    tokens = rng.integers(100, min(n_vocab, 30000), size=args.prompt_len + max(blocks)).tolist()
+    prompt = tokens[: args.prompt_len]
+
+    def decode(toks, pos0):
+        batch.n_tokens = len(toks)
+        for i, tok in enumerate(toks):
+            batch.token[i] = tok
+            batch.pos[i] = pos0 + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = True
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+
+    def fresh_prompt():
+        llama_cpp.llama_memory_clear(mem, True)
+        rec.start("off")
+        decode(prompt, 0)
+
+    rec.n_kv_pos = args.prompt_len + 1
+    fresh_prompt()
+    rec.start("ref")
+    decode(tokens[args.prompt_len : args.prompt_len + 1], args.prompt_len)
+    results = {}
+    for B in blocks:
+        fresh_prompt()
+        rec.start("block")
+        decode(tokens[args.prompt_len : args.prompt_len + B], args.prompt_len)
+        results[B] = rec.report
+        bad = [r for r in rec.report if r.get("equal") is False]
+        other = [r for r in rec.report if "equal" not in r]
+        ops = collections.Counter((r["node"].split("-")[0].split("#")[0], r["op"]) for r in bad)
+        print(
+            f"B={B}: {len(rec.report)} nodes, {len(bad)} differ, {len(other)} unchecked", flush=True
+        )
+        for (name, op), n in sorted(ops.items()):
+            worst = max(
+                r["max_abs_diff"]
+                for r in bad
+                if r["node"].split("-")[0].split("#")[0] == name and r["op"] == op
+            )
+            print(f"    {name:24s} {op:12s} x{n:3d}  max |diff| {worst:.3g}")
+        for r in other[:5]:
+            print("    unchecked:", r)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "build": llama_cpp.llama_print_system_info().decode(),
+                    "lib_dir": _lib_dir,
+                    "results": results,
+                },
+                f,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""``spec-decode build-kernels``: build llama.cpp's exact-rows kernels once per machine.
+
+Builds the patched llama.cpp shared libraries (see :mod:`spec_decode.backends.llamacpp.build`)
+from llama-cpp-python's pinned sdist into the user cache and prints the ``LLAMA_CPP_LIB_PATH``
+to export. With them loaded, the llama.cpp backend scores drafted blocks of up to 64 tokens in one
+call, every row bitwise the one-token row; without them it keeps the stock 3-token exact blocks.
+``--status`` only says which build this process would load and what it guarantees.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from spec_decode.cli.options import print_json
+
+console = Console(stderr=True)
+
+
+def build_kernels_command(
+    sdist: Annotated[
+        Path | None,
+        typer.Option(
+            help="llama-cpp-python 0.3.36 sdist (default: pip downloads it; sha256 checked)."
+        ),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Compiler jobs.")] = 2,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="Keep the source and build tree here (default: a temp dir).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Rebuild even if the build exists.")] = False,
+    status: Annotated[
+        bool, typer.Option("--status", help="Only report the build loaded and the cached one.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Build llama.cpp kernels whose block rows are bitwise equal to one-token rows."""
+    from spec_decode.backends.llamacpp import build
+
+    folder = build.lib_dir()
+    info = build.read_build_info(folder)
+    if status:
+        from spec_decode.backends.llamacpp.kernels import exact_block_size, kernels_status
+
+        payload = {
+            "loaded": kernels_status(),
+            "exact_block_size": exact_block_size(),
+            "LLAMA_CPP_LIB_PATH": os.environ.get("LLAMA_CPP_LIB_PATH"),
+            "cached_build": str(folder) if info else None,
+            "cached_build_info": info,
+        }
+        if as_json:
+            print_json(payload)
+        else:
+            console.print(payload["loaded"])
+            console.print(f"cached exact-rows build: {folder if info else 'none'}")
+        return
+    if info is None or force:
+        try:
+            folder = build.build(
+                sdist=sdist,
+                jobs=jobs,
+                work_dir=work_dir,
+                keep_work=work_dir is not None,
+                log=console.print,
+            )
+        except (ValueError, RuntimeError, OSError) as error:
+            console.print(f"[red]error:[/] {error}")
+            raise typer.Exit(1) from error
+        except Exception as error:  # a failed compiler or pip run
+            console.print(f"[red]build failed:[/] {error}")
+            raise typer.Exit(1) from error
+        info = build.read_build_info(folder)
+    else:
+        console.print(f"already built: {folder} (--force rebuilds)")
+    if as_json:
+        print_json({"lib_dir": str(folder), "build_info": info})
+        return
+    print(f"export LLAMA_CPP_LIB_PATH={folder}")

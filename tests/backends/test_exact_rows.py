@@ -1,0 +1,205 @@
+"""The exact-rows llama.cpp build (``spec-decode build-kernels``): every row of a block of 1..64
+tokens bitwise equal to the same token scored alone, on a tiny GGUF with the kernels that matter.
+
+The model (Llama architecture, 2 layers, width 256, 512-token vocabulary) is written with
+``gguf.GGUFWriter`` from random K-quant blocks, laid out like the packaged Q4_K_M target: Q4_K
+projections (repacked 8x8 on AVX2: the one-row GEMV and the 4-row GEMM), Q6_K ``attn_v``,
+``ffn_down`` (layer 0) and output (the vec_dot below 8 rows, the tiled kernel from 8). gguf-py has
+no K-quant quantizer; random blocks with moderate scales are valid weights all the same.
+
+- ``test_blocks_of_1_to_64_are_bitwise_one_token_rows`` runs where the loaded llama.cpp is the
+  exact-rows build and is skipped, saying why, elsewhere.
+- ``test_the_check_fails_on_the_stock_build`` runs the same check in a subprocess on
+  llama-cpp-python's own libraries and requires it to FAIL (rows of blocks of 4+ differ): the
+  check can fail, and this model exercises the batch-dependent kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+gguf = pytest.importorskip("gguf")
+
+from spec_decode.backends.llamacpp.exact_rows import row_mismatches  # noqa: E402
+from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
+    exact_block_size,
+    kernels_status,
+    patched_exact_rows,
+)
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 256, 2, 4, 2, 512, 512
+QK_K = 256
+Q4_K, Q6_K = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
+BLOCKS = tuple(range(1, 65))
+PROMPT = 24
+
+
+def q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q4_K blocks (d, dmin: fp16; 12 bytes of 6-bit scales and mins; 128 bytes of
+    nibbles) whose weights have a spread of about 1/sqrt(cols)."""
+    n = rows * cols // QK_K
+    blocks = np.zeros((n, 144), np.uint8)
+    blocks[:, 0:2] = (
+        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)), np.float16).view(np.uint8).reshape(n, 2)
+    )
+    blocks[:, 2:4] = (
+        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)) * 7.5 * 32 / 24, np.float16)
+        .view(np.uint8)
+        .reshape(n, 2)
+    )
+    scales = rng.integers(16, 48, size=(n, 16))  # 8 scales then 8 mins, 6 bits each
+    packed = np.zeros((n, 12), np.uint8)  # the Q4_K 12-byte scale layout (ggml-quants.c)
+    for j in range(8):
+        sc, mn = scales[:, j], scales[:, 8 + j]
+        if j < 4:
+            packed[:, j] = sc
+            packed[:, j + 4] = mn
+        else:
+            packed[:, j + 4] = (sc & 0xF) | ((mn & 0xF) << 4)
+            packed[:, j - 4] |= ((sc >> 4) << 6).astype(np.uint8)
+            packed[:, j] |= ((mn >> 4) << 6).astype(np.uint8)
+    blocks[:, 4:16] = packed
+    blocks[:, 16:] = rng.integers(0, 256, size=(n, 128), dtype=np.uint8)
+    return blocks.reshape(rows, cols // QK_K * 144)
+
+
+def q6_k(rng: np.random.Generator, rows: int, cols: int, spread: float = 1.0) -> np.ndarray:
+    """Random Q6_K blocks (128 bytes low nibbles, 64 bytes high bits, 16 int8 scales, fp16 d)."""
+    n = rows * cols // QK_K
+    blocks = np.zeros((n, 210), np.uint8)
+    blocks[:, :192] = rng.integers(0, 256, size=(n, 192), dtype=np.uint8)
+    blocks[:, 192:208] = rng.integers(-60, 60, size=(n, 16)).astype(np.int8).view(np.uint8)
+    d = np.full(n, spread / (60 * 18 * np.sqrt(cols)), np.float16)
+    blocks[:, 208:210] = d.view(np.uint8).reshape(n, 2)
+    return blocks.reshape(rows, cols // QK_K * 210)
+
+
+def write_kquant_gguf(path: Path, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    kv = KV_HEADS * HIDDEN // HEADS
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(256)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_dimension_count(HIDDEN // HEADS)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("llama")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(VOCAB - 3)]
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * VOCAB)
+    writer.add_token_types([2, 3, 3] + [1] * (VOCAB - 3))
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+
+    def add(name: str, data: np.ndarray, rows: int, cols: int, qtype) -> None:
+        assert data.shape == (rows, cols // QK_K * (144 if qtype == Q4_K else 210))
+        writer.add_tensor(name, data, raw_dtype=qtype)  # bytes per row; gguf derives the shape
+
+    add("token_embd.weight", q4_k(rng, VOCAB, HIDDEN), VOCAB, HIDDEN, Q4_K)
+    writer.add_tensor("output_norm.weight", np.ones(HIDDEN, np.float32))
+    add("output.weight", q6_k(rng, VOCAB, HIDDEN, spread=4.0), VOCAB, HIDDEN, Q6_K)
+    for i in range(LAYERS):
+        mixed = Q6_K if i == 0 else Q4_K  # Q4_K_M: some layers keep attn_v and ffn_down in Q6_K
+        make = q6_k if i == 0 else q4_k
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(HIDDEN, np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(HIDDEN, np.float32))
+        add(f"blk.{i}.attn_q.weight", q4_k(rng, HIDDEN, HIDDEN), HIDDEN, HIDDEN, Q4_K)
+        add(f"blk.{i}.attn_k.weight", q4_k(rng, kv, HIDDEN), kv, HIDDEN, Q4_K)
+        add(f"blk.{i}.attn_v.weight", make(rng, kv, HIDDEN), kv, HIDDEN, mixed)
+        add(f"blk.{i}.attn_output.weight", q4_k(rng, HIDDEN, HIDDEN), HIDDEN, HIDDEN, Q4_K)
+        add(f"blk.{i}.ffn_gate.weight", q4_k(rng, FFN, HIDDEN), FFN, HIDDEN, Q4_K)
+        add(f"blk.{i}.ffn_up.weight", q4_k(rng, FFN, HIDDEN), FFN, HIDDEN, Q4_K)
+        add(f"blk.{i}.ffn_down.weight", make(rng, HIDDEN, FFN), HIDDEN, FFN, mixed)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def kquant_gguf(tmp_path_factory) -> Path:
+    return write_kquant_gguf(tmp_path_factory.mktemp("kquant") / "kquant.gguf")
+
+
+def stock_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def check_in_subprocess(model: Path, env: dict[str, str], blocks: str) -> dict:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spec_decode.backends.llamacpp.exact_rows",
+            str(model),
+            "--blocks",
+            blocks,
+            "--prompt-len",
+            str(PROMPT),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_model_is_sane(kquant_gguf):
+    """Finite logits with some spread (random K-quant blocks make a usable model)."""
+    result = row_mismatches(kquant_gguf, blocks=(1,), prompt_len=PROMPT)
+    assert result[1]["rows"] == []
+
+
+needs_patched = pytest.mark.skipif(
+    patched_exact_rows() == 0,
+    reason="the loaded llama.cpp is not the exact-rows build: run `spec-decode build-kernels` "
+    "and export LLAMA_CPP_LIB_PATH as it prints (" + kernels_status() + ")",
+)
+
+
+@needs_patched
+def test_blocks_of_1_to_64_are_bitwise_one_token_rows(kquant_gguf):
+    result = row_mismatches(kquant_gguf, blocks=BLOCKS, prompt_len=PROMPT)
+    bad = {size: r for size, r in result.items() if r["rows"]}
+    assert not bad, f"rows differing from one-token rows, by block size: {bad}"
+
+
+@needs_patched
+def test_exact_block_size_is_read_back_from_the_library():
+    assert patched_exact_rows() == exact_block_size() == 64
+    assert "exact-rows" in kernels_status()
+
+
+@needs_patched
+def test_one_thread_and_two_threads_agree(kquant_gguf):
+    """Thread count splits the work, never the arithmetic of a row."""
+    result = row_mismatches(kquant_gguf, blocks=(5, 16, 33), prompt_len=PROMPT, threads=1)
+    assert all(not r["rows"] for r in result.values()), result
+
+
+def test_the_check_fails_on_the_stock_build(kquant_gguf):
+    """On llama-cpp-python's own libraries the same check finds rows that differ: blocks of 2-3
+    are exact there (the GEMV), blocks of 4 and more are not."""
+    result = check_in_subprocess(kquant_gguf, stock_env(), "1,2,3,4,8,16")
+    assert result["exact_rows_build"] == 0
+    blocks = {int(k): v for k, v in result["blocks"].items()}
+    assert blocks[1]["rows"] == [] and blocks[2]["rows"] == [] and blocks[3]["rows"] == []
+    assert blocks[4]["rows"] and blocks[8]["rows"] and blocks[16]["rows"]
