@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 #: A transformers tokenizer or :class:`spec_decode.backends.llamacpp.LlamaCppTokenizer`: both
@@ -23,8 +24,37 @@ def encode_chat(tokenizer: Tokenizer, messages: list[dict[str, str]]) -> list[in
     turn's opening (``ValueError`` when the tokenizer has no template)."""
     if not tokenizer.chat_template:
         raise ValueError("this model has no chat template; send a plain prompt instead")
+    for message in messages:
+        check_message_text(tokenizer, str(message.get("content", "")))
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return tokenizer.encode(text, add_special_tokens=False)
+
+
+def check_message_text(tokenizer: Tokenizer, text: str) -> None:
+    """Refuse message text that spells a control token such as ``<|im_end|>`` (``ValueError``).
+
+    The rendered conversation is tokenized with control-token text parsed, since that is how the
+    template's own turn markers become their ids; text a user wrote would be parsed the same way
+    and could close its own turn or open another role's. A raw prompt (``--raw``,
+    ``/v1/completions``) still passes control tokens through on purpose."""
+    parsed = tokenizer.encode(text, add_special_tokens=False)
+    literal = _encode_literally(tokenizer, text)
+    if parsed != literal:
+        extra = sorted(set(parsed) - set(literal))
+        spelled = [t for t in extra if not tokenizer.decode([t], skip_special_tokens=True)] or extra
+        names = ", ".join(repr(tokenizer.decode([t], skip_special_tokens=False)) for t in spelled)
+        raise ValueError(
+            f"message text spells the control token(s) {names}, which would end or open a chat "
+            "turn; remove them, or send a raw prompt to pass control tokens on purpose"
+        )
+
+
+def _encode_literally(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``text``'s ids with control-token text taken as plain text (llama.cpp's and
+    transformers' tokenizers spell the switch differently)."""
+    if "parse_special" in inspect.signature(tokenizer.encode).parameters:
+        return tokenizer.encode(text, add_special_tokens=False, parse_special=False)
+    return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
 
 def render_chat_template(template: str, messages: list[dict[str, str]], **special: str) -> str:
