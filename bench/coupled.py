@@ -140,13 +140,13 @@ def row_acceptance(
 
 def qwen(tokens: int, k: int, threads: int, temperatures: list[float]) -> dict[str, object]:
     """Target-only, standard and coupled runs on one HumanEval and one MT-bench prompt."""
-    from spec_decode.backends import packaged
+    from spec_decode.backends import assembly, registry
     from spec_decode.backends.llamacpp import load_model, load_tokenizer
     from spec_decode.backends.prompts import encode_prompt
 
     start = time.perf_counter()
-    target = load_model(packaged.gguf_file(packaged.DEFAULT_TARGET), n_threads=threads)
-    draft = load_model(packaged.gguf_file(packaged.DEFAULT_DRAFT), n_threads=threads)
+    target = load_model(assembly.gguf_file(registry.DEFAULT_TARGET), n_threads=threads)
+    draft = load_model(assembly.gguf_file(registry.DEFAULT_DRAFT), n_threads=threads)
     load_seconds = time.perf_counter() - start
     tokenizer = load_tokenizer(target)
     prompts = [p for p in sample(1) if p.category in ("humaneval", "mtbench")]

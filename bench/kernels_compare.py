@@ -41,9 +41,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if args.model is None:
-        from spec_decode.backends import packaged
+        from spec_decode.backends import assembly, registry
 
-        args.model = str(packaged.gguf_file(packaged.DEFAULT_TARGET))
+        args.model = str(assembly.gguf_file(registry.DEFAULT_TARGET))
     builds = [b.split("=", 1) for b in args.build]
     rounds: list[dict] = []
     for r in range(args.rounds):

@@ -16,7 +16,7 @@ import json
 import os
 import time
 
-from spec_decode.backends import packaged
+from spec_decode.backends import assembly, registry
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches
 from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
 
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    model = args.model or str(packaged.gguf_file(packaged.DEFAULT_TARGET))
+    model = args.model or str(assembly.gguf_file(registry.DEFAULT_TARGET))
     if "-" in args.blocks:
         lo, hi = (int(v) for v in args.blocks.split("-"))
         blocks = list(range(lo, hi + 1))

@@ -60,7 +60,7 @@ import openai
 from _common import RESULTS, interleaved, machine, write_results
 from prompt_sets import Session, code_edit_sessions, humaneval, mtbench_conversations
 
-from spec_decode.backends import packaged
+from spec_decode.backends import assembly, registry
 from spec_decode.backends.prompts import render_chat_template
 
 WORKLOADS = ("code-edit", "mtbench", "humaneval")
@@ -332,8 +332,8 @@ def main() -> None:
         (RESULTS / f"{args.stem}.md").write_text(markdown(results))
         plot(results, args.stem)
         return
-    target = packaged.gguf_file(packaged.DEFAULT_TARGET)
-    draft = packaged.gguf_file(packaged.DEFAULT_DRAFT)
+    target = assembly.gguf_file(registry.DEFAULT_TARGET)
+    draft = assembly.gguf_file(registry.DEFAULT_DRAFT)
     chosen = variants(args, draft)
     if args.variants:
         wanted = args.variants.split(",")
