@@ -147,6 +147,7 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_name", ["close_draft", "far_draft", "target"])
 def test_greedy_speculative_is_token_identical_to_greedy_target(request, target, draft_name):
     draft = request.getfixturevalue(draft_name)
@@ -165,6 +166,7 @@ def test_greedy_speculative_is_token_identical_to_greedy_target(request, target,
                 pytest.fail(f"prompt {prompt}, k={k}: diverged at {at}, top-2 logit gap {gap:.2e}")
 
 
+@pytest.mark.slow
 def test_close_draft_is_mostly_accepted(target, close_draft):
     trace = generate_speculative(
         target, close_draft, [4, 5], 40, 4, np.random.default_rng(0), sampling=GREEDY
@@ -275,6 +277,7 @@ def test_tokenizer_round_trip_and_end_of_generation_ids(target):
 ENUMERATED_TV_TOLERANCE = 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sampling", "n_tokens"),
     [(SamplingParams(), 2), (SamplingParams(temperature=0.7, top_k=3), 3)],

@@ -64,7 +64,8 @@ def adapter(model: Qwen2ForCausalLM, weights: str) -> TransformersModel:
     return TransformersModel(pack_linears(deepcopy(model), weights))
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+#: Slow: torch and tiny transformers models.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")

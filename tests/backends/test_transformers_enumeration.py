@@ -30,7 +30,8 @@ from spec_decode.certify.generators import chain_generator  # noqa: E402
 from spec_decode.certify.reference import target_joint  # noqa: E402
 from spec_decode.certify.zoo.rules import resample_from_target  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+#: Slow: torch and tiny transformers models.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 VOCAB, PREFIX, N_TOKENS, K = 4, [1, 2], 3, 2
 #: Speculative rows are the fp32 target's block rows, which differ from target-only decoding's

@@ -27,7 +27,8 @@ from spec_decode.backends.transformers import (  # noqa: E402
 from spec_decode.backends.transformers.cpu_linear import pack_linears  # noqa: E402
 from spec_decode.drafting.speculative import generate_tree  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+#: Slow: torch and tiny transformers models.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 VOCAB = 5
 #: The near-tied pair: their output rows are equal but for one fp16 step in channel TIE_CHANNEL.

@@ -24,7 +24,8 @@ from spec_decode.backends.transformers.cpu_linear import pack_linears  # noqa: E
 from spec_decode.cli.app import app  # noqa: E402
 from spec_decode.drafting.speculative import generate_tree  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+#: Slow: torch and tiny transformers models.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 VOCAB, CONTEXT, WINDOW = 5, 64, 12
 #: Every layer of these tiny models attends to a sliding window of WINDOW tokens.

@@ -30,7 +30,8 @@ def tiny_model(build, seed: int, weights: str) -> TransformersModel:
     return TransformersModel(pack_linears(build(VOCAB, seed, layers=2, logit_scale=20.0), weights))
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+#: Slow: torch and tiny transformers models.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+#: Slow: runs the GPU benchmark on tiny transformers models.
+pytestmark = pytest.mark.slow
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 TOKENS = 6
 

@@ -208,6 +208,7 @@ def test_malformed_rules_fail_with_a_clear_message(rule, message):
     assert message in report.problem
 
 
+@pytest.mark.slow
 def test_drafter_object_bound_to_its_vocabulary():
     class Uniform:
         """Proposes uniformly over 3 tokens, honestly."""

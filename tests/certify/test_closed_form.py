@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -23,6 +24,7 @@ def pairs(draw):
     return draw(_distribution(size)), draw(_distribution(size))
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(pairs())
 def test_induced_equals_target_for_any_pair(pair):

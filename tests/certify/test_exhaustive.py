@@ -33,6 +33,7 @@ GRID = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("vocab", "k", "order", "control"), GRID)
 def test_generator_is_exact_over_three_tokens(vocab, k, order, control):
     target, draft = pair(vocab, order)
@@ -41,6 +42,7 @@ def test_generator_is_exact_over_three_tokens(vocab, k, order, control):
     assert result.tv < TOLERANCE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("vocab", "k", "order"), [(2, 3, 1), (3, 3, 1), (4, 2, 1), (3, 2, 2)])
 def test_generator_is_exact_over_four_tokens(vocab, k, order):
     target, draft = pair(vocab, order)

@@ -26,6 +26,7 @@ SETTINGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SETTINGS)
 def test_exact_rule_matches_target_sampling(small_pair, name):
     target, draft = small_pair
@@ -38,6 +39,7 @@ def test_exact_rule_matches_target_sampling(small_pair, name):
     assert all(tv <= DETECTABLE_TV + 1e-9 for tv in certificate.detectable_tv.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SETTINGS)
 def test_each_test_fails_when_rejection_resamples_from_p(small_pair, name):
     target, draft = small_pair

@@ -18,6 +18,7 @@ def invoke_json(*args: str) -> dict:
     return json.loads(result.output)
 
 
+@pytest.mark.slow
 def test_verify_passes():
     payload = invoke_json("verify", "--pairs", "2000")
     assert payload["pass"] is True
@@ -51,6 +52,7 @@ def test_run_text_shows_measured_and_expected():
     assert "tokens / target pass" in result.output and "expected" in result.output
 
 
+@pytest.mark.slow
 def test_sweep_rows(tmp_path):
     pytest.importorskip("matplotlib")
     plot = tmp_path / "sweep.png"
@@ -100,6 +102,7 @@ def test_audit_of_unusable_code_exits_2_with_a_message(
     assert message in " ".join(result.output.split())
 
 
+@pytest.mark.slow
 def test_audit_imports_from_the_current_directory_and_picks_cases(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my_rules_for_the_audit.py").write_text(
@@ -115,6 +118,7 @@ def test_audit_imports_from_the_current_directory_and_picks_cases(tmp_path, monk
     assert unknown.exit_code == 2 and "no case matches" in unknown.output
 
 
+@pytest.mark.slow
 def test_audit_tolerance_separates_rounding_from_bias():
     args = ["audit", "spec_decode.zoo:float32_rule", "--case", "k=8", "--json"]
     strict = runner.invoke(app, args)

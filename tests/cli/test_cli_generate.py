@@ -13,6 +13,9 @@ from typer.testing import CliRunner
 
 from spec_decode.cli.app import app
 
+#: Slow: loads tiny transformers models.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory, tiny_qwen2_folder):

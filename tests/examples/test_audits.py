@@ -17,6 +17,9 @@ from spec_decode.certify.audit import audit
 from spec_decode.certify.enumeration import enumerate_outputs
 from spec_decode.certify.grid import audit_cases
 
+#: Slow: every adapter is audited over five cases.
+pytestmark = pytest.mark.slow
+
 # ``examples`` lives at the repository root, which pytest does not put on the path by itself.
 ROOT = str(Path(__file__).resolve().parents[2])
 if ROOT not in sys.path:
