@@ -111,34 +111,14 @@ class Recorder:
         ref, _ = self.ref[key]
         sl = self._row_slice(arr.shape, ref.shape)
         if sl is None:
-            self.report.append(
-                {
-                    "node": key,
-                    "op": op,
-                    "srcs": srcs,
-                    "status": "shape",
-                    "shape": list(arr.shape),
-                    "ref_shape": list(ref.shape),
-                }
-            )
-            return True
+            return self._shape_mismatch(key, op, srcs, arr, ref)
         if name.startswith("kq-"):
             # attention scores [head, token, cell]: cells after the first token's own position are
             # other block tokens (masked to -inf next): compare and patch only cells 0..P
             sl = (*sl[:-1], slice(0, self.n_kv_pos))
         mine, theirs = arr[sl], ref[tuple(slice(0, n) for n in arr[sl].shape)]
         if mine.shape != theirs.shape:
-            self.report.append(
-                {
-                    "node": key,
-                    "op": op,
-                    "srcs": srcs,
-                    "status": "shape",
-                    "shape": list(arr.shape),
-                    "ref_shape": list(ref.shape),
-                }
-            )
-            return True
+            return self._shape_mismatch(key, op, srcs, arr, ref)
         eq = np.array_equal(mine.view(np.uint32), theirs.view(np.uint32))
         with np.errstate(invalid="ignore"):
             d = np.abs(mine.astype(np.float64) - theirs)
@@ -155,6 +135,22 @@ class Recorder:
         )
         if not eq:
             arr[sl] = theirs  # patch: downstream ops see the one-token inputs
+        return True
+
+    def _shape_mismatch(
+        self, key: str, op: str, srcs: list, arr: np.ndarray, ref: np.ndarray
+    ) -> bool:
+        """Record that node ``key`` cannot be compared row for row, and let the graph go on."""
+        self.report.append(
+            {
+                "node": key,
+                "op": op,
+                "srcs": srcs,
+                "status": "shape",
+                "shape": list(arr.shape),
+                "ref_shape": list(ref.shape),
+            }
+        )
         return True
 
     def _row_slice(self, shape, ref_shape):
