@@ -216,11 +216,12 @@ def identity(
     weights: str | None = None,
     name: str | None = None,
 ) -> dict[str, object]:
-    """The calibration key: backend, model file or folder and its size on disk, threads, device
-    and weight formats (``name`` stands for the location of a model that has none). Computed
+    """The calibration key: backend, model file or folder and its size on disk, threads, device,
+    weight formats and, for llama.cpp, the libraries loaded (``name`` stands for the location of a
+    model that has none). Computed
     before loading too, to decide whether a draft model is worth loading at all."""
     location = location.expanduser().resolve() if location else None
-    return {
+    key: dict[str, object] = {
         "backend": backend,
         "model": str(location) if location else name,
         "bytes": _size_on_disk(location) if location else None,
@@ -228,6 +229,11 @@ def identity(
         "device": device,
         "weights": weights,
     }
+    if backend == "llama.cpp":  # the stock and the exact-rows builds are calibrated apart
+        from spec_decode.backends.llamacpp.kernels import build_identity
+
+        key["build"] = build_identity()
+    return key
 
 
 def cached_seconds(key: dict[str, object], max_block: int = 1) -> list[float] | None:

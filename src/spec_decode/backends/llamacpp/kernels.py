@@ -67,6 +67,14 @@ def kernels_status() -> str:
     )
 
 
+def build_identity() -> str:
+    """Which llama.cpp libraries this process runs and the exact block size they give: part of a
+    calibration's key, since the exact-rows build's passes cost differently and it is
+    calibrated for longer blocks."""
+    where = os.environ.get("LLAMA_CPP_LIB_PATH") or "llama-cpp-python"
+    return f"{where}; exact blocks {exact_block_size()}"
+
+
 _warned: list[bool] = []
 
 
