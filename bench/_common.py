@@ -6,6 +6,7 @@ Benchmarks import this as ``from _common import ...`` (run them as ``python benc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -18,15 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from spec_decode.core.generate import generate, generate_autoregressive
+from spec_decode.backends.loading import Loaded
+from spec_decode.core.generate import generate_autoregressive
 from spec_decode.core.models import Model
 from spec_decode.core.protocols import Drafter, KPolicy
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
-from spec_decode.drafting.auto import auto_planner, auto_step
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.speculative import generate_speculative
+from spec_decode.serving.engine import Engine, EngineConfig
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -160,25 +161,27 @@ def run_ours(
 
 
 def run_auto(
-    target: Model,
-    draft: Model,
+    target: Loaded,
+    draft: Loaded,
     costs: CostCurve,
     ids: list[int],
+    *,
     temperature: float,
     tokens: int,
     seed: int,
     k_max: int,
 ) -> dict[str, object]:
-    """One run of ours with the default auto policy: a fresh planner per run (its acceptance
-    estimates start from the prior) on the calibrated ``costs``, drafting at most ``k_max``."""
-    sampling = SamplingParams(temperature)
-    planner = auto_planner(costs, target.vocab_size, ModelDrafter(draft, sampling), k_max)
-    target.reset()
-    draft.reset()
-    step = auto_step(target, planner, sampling)
-    start = time.perf_counter()
-    trace = generate(target, step, ids, tokens, np.random.default_rng(seed))
-    return trace_record(trace, time.perf_counter() - start)
+    """One run of ours with the default auto policy, through the engine that ``generate`` and
+    the server run (its default rule): a fresh engine per run, so the planner's acceptance
+    estimates start from the prior, no history is shared and the caches start cold (one prompt
+    per process, like the baselines); ``tokens`` tokens, end-of-generation included."""
+    config = EngineConfig(k=k_max, shared_history=False, reuse_cache=False)
+    whole = {"stop_ids": frozenset()}  # every variant generates the same number of tokens
+    engine = Engine(
+        config, dataclasses.replace(target, **whole), dataclasses.replace(draft, **whole), costs
+    )
+    completion = engine.generate(ids, tokens, sampling=SamplingParams(temperature), seed=seed)
+    return trace_record(completion.trace, completion.seconds)
 
 
 def trace_record(trace: Trace, seconds: float) -> dict[str, object]:

@@ -50,6 +50,7 @@ from prompt_sets import CATEGORIES, sample
 from spec_decode.backends.assembly import gguf_file
 from spec_decode.backends.calibration import cost_curve
 from spec_decode.backends.llamacpp import LlamaCppModel, load_model, load_tokenizer
+from spec_decode.backends.loading import Loaded
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from spec_decode.drafting.lookup import PromptLookupDrafter
@@ -127,6 +128,10 @@ def main() -> None:
     draft = load_model(draft_path, n_threads=args.threads)
     load_seconds = time.perf_counter() - start
     tokenizer = load_tokenizer(target)
+    pair = [
+        Loaded("llama.cpp", model, tokenizer, frozenset(), load_seconds)
+        for model in (target, draft)
+    ]
     costs = cost_curve("llama.cpp", target, draft, recalibrate=args.recalibrate)
     from llama_cpp import Llama
 
@@ -166,7 +171,13 @@ def main() -> None:
             return run_llama_python(theirs, prompt_ids, temperature, args.tokens, rep)
         if variant == "ours auto":
             return run_auto(
-                target, draft, costs, prompt_ids, temperature, args.tokens, rep, k_max=4
+                *pair,
+                costs,
+                prompt_ids,
+                temperature=temperature,
+                tokens=args.tokens,
+                seed=rep,
+                k_max=4,
             )
         policy = None if variant.endswith("target-only") else int(variant.rsplit("=", 1)[1])
         drafter = PromptLookupDrafter(target.vocab_size) if "lookup" in variant else None

@@ -173,7 +173,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
             assistant = draft if variant == HF_ASSISTED else None
             return run_hf(target, assistant, counters, prompt_ids, temperature, tokens, seed)
         if variant == OURS_AUTO:
-            return run_auto(target, draft, costs, prompt_ids, temperature, tokens, seed, args.k_max)
+            return run_auto(
+                loaded_target,
+                loaded_draft,
+                costs,
+                prompt_ids,
+                temperature=temperature,
+                tokens=tokens,
+                seed=seed,
+                k_max=args.k_max,
+            )
         # Our runs end synchronized: every pass copies its probabilities to the host.
         k = None if variant == OURS_TARGET else int(variant.rsplit("=", 1)[1])
         drafter = PromptLookupDrafter(target.vocab_size) if "lookup" in variant else None
