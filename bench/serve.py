@@ -299,7 +299,9 @@ def main() -> None:
     )
     parser.add_argument("--ours-target-only-args", default="--draft none")
     parser.add_argument("--ours-no-history-args", default="--no-shared-history")
-    parser.add_argument("--variants", help="comma-separated subset of the variants to run")
+    parser.add_argument(
+        "--variants", help="semicolon-separated subset of the variants to run (names hold commas)"
+    )
     parser.add_argument("--code-edit", type=int, default=2, help="code-edit sessions")
     parser.add_argument("--turns", type=int, default=4, help="turns per code-edit session")
     parser.add_argument("--mtbench", type=int, default=3, help="MT-bench conversations")
@@ -336,7 +338,7 @@ def main() -> None:
     draft = assembly.gguf_file(registry.DEFAULT_DRAFT)
     chosen = variants(args, draft)
     if args.variants:
-        wanted = args.variants.split(",")
+        wanted = [name.strip() for name in args.variants.split(";")]
         unknown = set(wanted) - {v.name for v in chosen}
         if unknown:
             parser.error(
