@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from spec_decode.cli.app import app
@@ -37,6 +38,15 @@ def test_sweep_takes_the_rule():
     payload = json.loads(result.output)
     assert payload["rule"] == "coupled"
     assert {row["rule"] for row in payload["rows"]} == {"coupled"}
+
+
+def test_the_coupled_sweep_plots_beside_the_standard_rule(tmp_path):
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "sweep.png"
+    args = ["sweep", "--rule", "coupled", "--k", "2", "--tokens", "50", "--plot", str(plot)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert plot.stat().st_size > 10_000
 
 
 def test_an_unknown_rule_is_refused():

@@ -282,7 +282,8 @@ def sweep_command(
     rule: RuleOption = "standard",
     as_json: AsJson = False,
 ) -> None:
-    """Tokens per pass and speedup across draft agreements and k = 1..K, measured and expected."""
+    """Tokens per pass and speedup across draft agreements and k = 1..K, measured and expected
+    (with ``--rule coupled``, the plot also draws the standard rule's theory)."""
     check_sweep(k, vocab, tokens, len(DEFAULT_AGREEMENTS))
     if plot is not None:
         from spec_decode.toy.plots import plot_path, plot_sweep
@@ -296,8 +297,11 @@ def sweep_command(
     with progress("sweeping", len(DEFAULT_AGREEMENTS) * k, not as_json) as advance:
         results = sweep(setup, k, tokens, draft_cost, seed, on_progress=advance, rule=rule)
     if plot is not None:
+        beside = []  # the coupled curve is drawn beside the standard rule's theory
+        if rule_option(rule).coupled:
+            beside = sweep(setup, k, tokens, draft_cost, seed, rule="standard")
         try:
-            plot = plot_sweep(results, plot)
+            plot = plot_sweep(results, plot, beside)
         except (RuntimeError, OSError) as error:
             raise typer.BadParameter(str(error), param_hint="--plot") from error
     if as_json:

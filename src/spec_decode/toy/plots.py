@@ -18,9 +18,13 @@ def plot_path(path: str | Path) -> Path:
     return path if path.suffix else path.with_name(path.name + ".png")
 
 
-def plot_sweep(results: Sequence[RunResult], path: str | Path) -> Path:
-    """Tokens per pass and speedup against alpha, one colour per k: measured dots, theory lines.
-    Returns the file written (see :func:`plot_path`)."""
+def plot_sweep(
+    results: Sequence[RunResult], path: str | Path, beside: Sequence[RunResult] = ()
+) -> Path:
+    """Tokens per pass and speedup, one colour per k: measured dots, theory lines. Against alpha
+    for one rule; with ``beside`` (the same sweep under another rule) against the draft's
+    agreement, the other rule's theory dashed, since the rules differ in the alpha one draft pair
+    gives. Returns the file written (see :func:`plot_path`)."""
     path = plot_path(path)
     try:
         import matplotlib
@@ -30,30 +34,47 @@ def plot_sweep(results: Sequence[RunResult], path: str | Path) -> Path:
     except ImportError as error:
         raise RuntimeError('plotting needs matplotlib: pip install -e ".[plot]"') from error
 
+    def x_of(r: RunResult) -> float:
+        return r.agreement if beside else r.alpha
+
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    k_top = max(r.k for r in results)
     for k in sorted({r.k for r in results}):
-        rows = sorted((r for r in results if r.k == k), key=lambda r: r.alpha)
-        alphas = [r.alpha for r in rows]
-        colour = plt.cm.viridis((k - 1) / max(1, max(r.k for r in results) - 1))
+        colour = plt.cm.viridis((k - 1) / max(1, k_top - 1))
+        rows = sorted((r for r in results if r.k == k), key=x_of)
+        xs = [x_of(r) for r in rows]
         for axis, measured, expected in (
             (left, [r.tokens_per_pass for r in rows], [r.expected_tokens_per_pass for r in rows]),
             (right, [r.speedup for r in rows], [r.expected_speedup for r in rows]),
         ):
-            axis.plot(alphas, expected, "-", color=colour, label=f"k={k}")
-            axis.plot(alphas, measured, "o", color=colour, markersize=4)
-    draft_cost = results[0].draft_cost
+            axis.plot(xs, expected, "-", color=colour, label=f"k={k} {rows[0].rule}")
+            axis.plot(xs, measured, "o", color=colour, markersize=4)
+        others = sorted((r for r in beside if r.k == k), key=x_of)
+        for axis, expected in (
+            (left, [r.expected_tokens_per_pass for r in others]),
+            (right, [r.expected_speedup for r in others]),
+        ):
+            if others:
+                label = f"k={k} {others[0].rule}"
+                axis.plot([x_of(r) for r in others], expected, "--", color=colour, label=label)
+    x_label = (
+        "draft agreement (same draft pair under both rules)"
+        if beside
+        else "alpha (stationary acceptance probability)"
+    )
+    rules = " vs ".join(dict.fromkeys(r.rule for r in [*results, *beside]))
     left.set(
-        xlabel="alpha (stationary acceptance probability)",
+        xlabel=x_label,
         ylabel="tokens per target pass",
-        title="Tokens per pass: measured (dots) vs exact theory (lines)",
+        title=f"Tokens per pass ({rules} rule): measured (dots) vs exact theory (lines)",
     )
     right.set(
-        xlabel="alpha (stationary acceptance probability)",
-        ylabel=f"speedup (draft cost {draft_cost:g}x target)",
+        xlabel=x_label,
+        ylabel=f"speedup (draft cost {results[0].draft_cost:g}x target)",
         title="Speedup under the cost model",
     )
     right.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    left.legend(fontsize=8, ncol=2)
+    left.legend(fontsize=7, ncol=2)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
