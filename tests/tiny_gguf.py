@@ -70,23 +70,8 @@ def write_gguf(
     are unknown, BOS and EOS; ``tokens[3]`` the word boundary)."""
     import gguf
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(context)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_block_count(LAYERS)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
-    writer.add_rope_dimension_count(HIDDEN // HEADS)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(list(tokens))
-    writer.add_token_scores([0.0] * _SPECIAL + [-1.0] + [-2.0] * (len(tokens) - _SPECIAL - 1))
-    writer.add_token_types([2, 3, 3] + [1] * (len(tokens) - _SPECIAL))  # unknown, control...
-    writer.add_unk_token_id(0)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_add_bos_token(False)
+    scores = [0.0] * _SPECIAL + [-1.0] + [-2.0] * (len(tokens) - _SPECIAL - 1)
+    writer = llama_writer(path, tokens, scores, context=context)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
     for name, tensor in weights.items():
@@ -95,6 +80,45 @@ def write_gguf(
             writer.add_tensor(name, gguf.quants.quantize(tensor, kind), raw_dtype=kind)
         else:
             writer.add_tensor(name, tensor)
+    return close_writer(writer, path)
+
+
+def llama_writer(
+    path: Path,
+    tokens: Sequence[str],
+    scores: Sequence[float],
+    *,
+    context: int,
+    shape: tuple[int, int, int, int, int] = (HIDDEN, LAYERS, HEADS, KV_HEADS, FFN),
+):
+    """A ``gguf.GGUFWriter`` with the header of a Llama model of ``shape`` (hidden width,
+    layers, heads, KV heads, feed-forward width) and the SentencePiece vocabulary ``tokens``
+    (unknown, BOS and EOS first), ready for its tensors."""
+    import gguf
+
+    hidden, layers, heads, kv_heads, ffn = shape
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(list(tokens))
+    writer.add_token_scores(list(scores))
+    writer.add_token_types([2, 3, 3] + [1] * (len(tokens) - _SPECIAL))  # unknown, control...
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    return writer
+
+
+def close_writer(writer, path: Path) -> Path:
+    """Write everything ``writer`` holds to ``path`` and close it."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

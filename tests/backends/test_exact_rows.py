@@ -28,6 +28,8 @@ import pytest
 pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
 
+from tiny_gguf import close_writer, llama_writer  # noqa: E402
+
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches  # noqa: E402
 from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
     exact_block_size,
@@ -85,23 +87,9 @@ def q6_k(rng: np.random.Generator, rows: int, cols: int, spread: float = 1.0) ->
 def write_kquant_gguf(path: Path, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     kv = KV_HEADS * HIDDEN // HEADS
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(256)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_block_count(LAYERS)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
-    writer.add_rope_dimension_count(HIDDEN // HEADS)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_tokenizer_model("llama")
     tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(VOCAB - 3)]
-    writer.add_token_list(tokens)
-    writer.add_token_scores([0.0] * VOCAB)
-    writer.add_token_types([2, 3, 3] + [1] * (VOCAB - 3))
-    writer.add_unk_token_id(0)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
+    shape = (HIDDEN, LAYERS, HEADS, KV_HEADS, FFN)
+    writer = llama_writer(path, tokens, [0.0] * VOCAB, context=256, shape=shape)
 
     def add(name: str, data: np.ndarray, rows: int, cols: int, qtype) -> None:
         assert data.shape == (rows, cols // QK_K * (144 if qtype == Q4_K else 210))
@@ -122,11 +110,7 @@ def write_kquant_gguf(path: Path, seed: int = 0) -> Path:
         add(f"blk.{i}.ffn_gate.weight", q4_k(rng, FFN, HIDDEN), FFN, HIDDEN, Q4_K)
         add(f"blk.{i}.ffn_up.weight", q4_k(rng, FFN, HIDDEN), FFN, HIDDEN, Q4_K)
         add(f"blk.{i}.ffn_down.weight", make(rng, HIDDEN, FFN), HIDDEN, FFN, mixed)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return close_writer(writer, path)
 
 
 @pytest.fixture(scope="module")
