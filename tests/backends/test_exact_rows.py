@@ -33,6 +33,7 @@ from tiny_gguf import close_writer, llama_writer  # noqa: E402
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches  # noqa: E402
 from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
     exact_block_size,
+    invariant_batch_size,
     kernels_status,
     patched_exact_rows,
 )
@@ -170,6 +171,14 @@ def test_blocks_of_1_to_64_are_bitwise_one_token_rows(kquant_gguf):
 def test_exact_block_size_is_read_back_from_the_library():
     assert patched_exact_rows() == exact_block_size() == 64
     assert "exact-rows" in kernels_status()
+    assert invariant_batch_size() == 1  # every cached row is reusable
+
+
+@needs_patched
+def test_calls_longer_than_a_verification_block_are_one_token_rows_too(kquant_gguf):
+    """What lets the engine reuse a whole conversation's cache, generated tokens included."""
+    result = row_mismatches(kquant_gguf, blocks=(65, 100, 200), prompt_len=PROMPT)
+    assert all(not r["rows"] for r in result.values()), result
 
 
 @needs_patched

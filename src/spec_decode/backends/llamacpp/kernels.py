@@ -19,6 +19,9 @@ _EXACT_BLOCKS = {(False, False): 7, (False, True): 3}
 #: start bitwise the same whatever the call's length, by build: measured for the recommended
 #: build only (without llamafile, with repack).
 _INVARIANT_BATCHES = {(False, True): 8}
+#: The most rows llama.cpp computes in one graph (``n_ubatch``): longer calls are split into
+#: micro-batches of this many rows. Pinned, since row invariance was checked up to it.
+MICRO_BATCH = 512
 
 
 def build_features() -> dict[str, str]:
@@ -102,7 +105,15 @@ def invariant_batch_size() -> int | None:
     row lies outside a whole tile). Hence B = 8, and a KV cache row is the row a cold read of a
     longer prompt computes when it lay in a whole tile of 8 of a call that began at a multiple
     of 8 (:meth:`~.model.LlamaCppModel.keep_reusable`).
+
+    On the exact-rows build every row of a call is bitwise the one-token row, whatever the
+    call's length up to a micro-batch (:data:`MICRO_BATCH` rows, llama.cpp's split of longer
+    calls; checked on the packaged target for B = 1..64, 65, 96, 128, 200, 256 and 512,
+    ``bench/results/kernels_exact_rows_patched*.json``), so B = 1: every cached row, generated
+    tokens included, is the row a cold read computes.
     """
+    if patched_exact_rows():
+        return 1
     features = build_features()
     return _INVARIANT_BATCHES.get(("LLAMAFILE" in features, "REPACK" in features))
 

@@ -12,6 +12,7 @@ import llama_cpp
 import numpy as np
 
 from spec_decode.backends.llamacpp.kernels import (
+    MICRO_BATCH,
     exact_block_size,
     init_backend,
     invariant_batch_size,
@@ -92,6 +93,7 @@ class LlamaCppModel(PrefixCachedModel):
     def _new_context(self) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = params.n_batch = self.context_window
+        params.n_ubatch = min(MICRO_BATCH, self.context_window)
         params.n_seq_max = self.max_tree_leaves + 1
         params.n_outputs_max = max(params.n_batch, params.n_seq_max)  # llama.cpp asserts this
         params.kv_unified = True  # one cache shared by all sequences (tree paths share a prefix)
@@ -136,9 +138,10 @@ class LlamaCppModel(PrefixCachedModel):
         how its call computed it (see :func:`~.kernels.invariant_batch_size`, B below): calls of
         B or more rows compute rows in whole tiles of B from the call's start bitwise the same
         whatever the call's length. So a cached token is reused only if it lay in such a tile of
-        such a call, as did every token before it (generated tokens, fed 1-3 at a time, never
-        do); the kept length is a multiple of B, and at least B prompt tokens are left to read,
-        so that the rest is read in tiles aligned with the cold run's. Every row is then bitwise
+        such a call, as did every token before it (with B > 1 generated tokens, fed a few at a
+        time, never do; on the exact-rows build B = 1 and every cached token does); the kept
+        length is a multiple of B, and at least B prompt tokens are left to read, so that the
+        rest is read in tiles aligned with the cold run's. Every row is then bitwise
         the row the cold run computes. With no B for this build, nothing is kept.
         """
         size = self.invariant_batch_size
