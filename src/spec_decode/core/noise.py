@@ -256,19 +256,6 @@ class RaceNoise:
         start = block * NOISE_BLOCK
         return start + int(np.argmin(self._keys(1 + block, probs[start : start + NOISE_BLOCK])))
 
-    def stability(self, probs: np.ndarray) -> float:
-        """How far the log-probabilities of ``probs`` may move pairwise without changing
-        :meth:`choose`: the log-key gap between the winner and the runner-up at each level (a
-        block's log-mass moves pairwise by at most as much as its entries'), the smaller."""
-        probs = _positive_mass(probs)
-        if self.flat:
-            return _log_gap(self._keys(1, probs))
-        block_keys = self._keys(0, _block_sums(probs))
-        block = int(np.argmin(block_keys))
-        start = block * NOISE_BLOCK
-        entries = probs[start : start + NOISE_BLOCK]
-        return min(_log_gap(block_keys), _log_gap(self._keys(1 + block, entries)))
-
     def is_stable(
         self,
         probs: np.ndarray,
@@ -330,25 +317,6 @@ class UniformNoise:
         offset = point - (float(cumulative[block - 1]) if block else 0.0)
         return start + _first_above(np.cumsum(entries), offset, entries > 0)
 
-    def stability(self, probs: np.ndarray) -> float:
-        """How far the log-probabilities of ``probs`` may move pairwise without changing
-        :meth:`choose`: u must stay inside the chosen token's cumulative interval, whatever
-        level finds it. With A the mass up to and including the token and B the rest, every
-        entry scaled by a factor in [1, e^eps] keeps the share A / (A + B) between
-        A / (A + B e^eps) and A e^eps / (A e^eps + B); u stays below it while
-        eps < log(A (1 - u) / (u B)), and likewise above the share before the token."""
-        probs = _positive_mass(probs)
-        token, u = self.choose(probs), float(self.u)
-        below, upto = float(probs[:token].sum()), float(probs[: token + 1].sum())
-        after, rest = float(probs[token:].sum()), float(probs[token + 1 :].sum())
-        margin = np.inf
-        with np.errstate(divide="ignore"):
-            if rest > 0 and u > 0:
-                margin = min(margin, float(np.log(upto * (1 - u) / (u * rest))))
-            if below > 0:
-                margin = min(margin, float(np.log(u * after / ((1 - u) * below))))
-        return margin
-
     def is_stable(
         self,
         probs: np.ndarray,
@@ -359,7 +327,11 @@ class UniformNoise:
     ) -> bool:
         """Whether :meth:`choose` on ``probs`` stays put when the tokens ``possibly`` kept may
         join those ``surely`` kept and every one's log-weight moves by at most ``eps``: as
-        :meth:`stability`, with the masses on the side away from u at their most."""
+        with A the mass up to and including the token and B the rest, every entry scaled by a
+        factor in [1, e^eps] keeps the share A / (A + B) between A / (A + B e^eps) and
+        A e^eps / (A e^eps + B); u stays below it while eps < log(A (1 - u) / (u B)), and
+        likewise above the share before the token, with the masses on the side away from u at
+        their most."""
         token, u = self.choose(probs), float(self.u)
         if not surely[token]:
             return False
@@ -382,30 +354,9 @@ class UniformNoise:
         return [first, *(int(t) for t in by_mass)]
 
 
-#: Taken off every margin of :func:`choice_margin`, for the float rounding of the margins
-#: themselves and of the choice (sums in another order); far above it, far below any tolerance.
+#: Added to every tolerance :func:`choice_stable` checks, for the float rounding of its bounds
+#: and of the choice (sums in another order); far above it, far below any tolerance.
 MARGIN_ROUNDING = 1e-9
-
-
-def choice_margin(sampling: SamplingParams, raw_row: np.ndarray, noise: PositionNoise) -> float:
-    """How far the raw row may be perturbed without changing
-    ``noise.choose(sampling.warp(raw_row))``, in units of the largest change of the difference
-    of any two raw log-probabilities (logits): the choice is stable under any perturbation
-    smaller than the margin. Conservative: never more than the true margin.
-
-    The warp's kept set must stay (:meth:`~spec_decode.core.sampling.SamplingParams.warp_margin`),
-    and then the warped row's log-probabilities move pairwise by at most the perturbation over
-    the temperature, which the noise's own ``stability`` must exceed. Greedy controls give
-    ``inf``: a one-hot choice flips only at a near tie of the top two logits, which a backend
-    checks itself. A noise without ``stability`` gives 0 (always unstable).
-    """
-    if sampling.greedy:
-        return np.inf
-    stability = getattr(noise, "stability", None)
-    if stability is None:
-        return 0.0
-    margin, warped = sampling.warp_margin(raw_row)
-    return min(margin, sampling.temperature * stability(warped)) - MARGIN_ROUNDING
 
 
 def choice_stable(
@@ -415,12 +366,11 @@ def choice_stable(
     raw row by at most ``tolerance`` (the largest change of the difference of any two raw
     logits): the test settling uses (:mod:`spec_decode.core.near_ties`).
 
-    Sharper than ``choice_margin(...) > tolerance`` where the warp cuts the row: a token near a
-    top-k, top-p or min-p cut only makes the choice unstable if it could win
-    (:meth:`~spec_decode.core.sampling.SamplingParams.kept_bounds`), where the margin gives up
-    on the whole row; on a large vocabulary some token nearly always sits near a top-p or
-    min-p cut. Greedy controls: True (the backend checks the top two itself). A noise without
-    ``is_stable``: False (always settle).
+    A token near a top-k, top-p or min-p cut makes the choice unstable only if it could win
+    (:meth:`~spec_decode.core.sampling.SamplingParams.kept_bounds`): on a large vocabulary
+    some token nearly always sits near a top-p or min-p cut, so a test that gave up on the
+    whole row there would settle nearly every row. Greedy controls: True (the backend checks
+    the top two itself). A noise without ``is_stable``: False (always settle).
     """
     if sampling.greedy:
         return True
@@ -445,18 +395,6 @@ def _beats(keys: np.ndarray, winner: int, eps: float) -> bool:
         return False
     with np.errstate(divide="ignore"):
         return bool(np.log(best) - np.log(keys[winner]) > eps)
-
-
-def _log_gap(keys: np.ndarray) -> float:
-    """log(second smallest key) - log(smallest), over the finite keys (inf below two)."""
-    finite = keys[np.isfinite(keys)]
-    if finite.size < 2:
-        return np.inf
-    first, second = np.partition(finite, 1)[:2]
-    if second == 0:
-        return 0.0
-    with np.errstate(divide="ignore"):
-        return float(np.log(second) - np.log(first))
 
 
 def _positive_mass(probs: np.ndarray) -> np.ndarray:

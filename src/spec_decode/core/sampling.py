@@ -98,44 +98,6 @@ class SamplingParams:
             row[row < self.min_p * row.max()] = 0.0
         row /= row.sum()
 
-    def warp_margin(self, probs: np.ndarray) -> tuple[float, np.ndarray]:
-        """How far the raw row ``probs`` may be perturbed without changing which tokens the
-        warp keeps, and the warped row.
-
-        The perturbation is measured as the largest change of the difference of any two of the
-        row's log-probabilities (raw logits); the margin is in the same units and is
-        conservative: a perturbation smaller than it keeps top-k's, top-p's and min-p's kept
-        set as it is (so the warped row moves only by the perturbation divided by the
-        temperature, pairwise in log space). Entries of zero probability stay zero. Greedy
-        controls give ``inf``: their one-hot choice is the top-two check's business
-        (:func:`spec_decode.core.noise.choice_margin`).
-        """
-        probs = np.asarray(probs, dtype=np.float64)
-        warped = self.warp(probs)
-        if self.greedy or self.is_identity:
-            return np.inf, warped
-        with np.errstate(divide="ignore"):
-            logits = np.log(probs)
-        scaled = (logits - logits.max()) / self.temperature  # log-weights, as _warp_row
-        weights = np.exp(scaled)
-        margin = np.inf
-        if self.top_k is not None and self.top_k < weights.size:
-            by_rank = np.argsort(-weights, kind="stable")
-            inside, outside = scaled[by_rank[self.top_k - 1]], scaled[by_rank[self.top_k]]
-            if weights[by_rank[self.top_k]] > 0:  # a zero entry cannot climb into the top k
-                margin = min(margin, self.temperature * (inside - outside))
-            weights[by_rank[self.top_k :]] = 0.0
-        if self.top_p < 1:
-            margin = min(margin, self._top_p_margin(scaled, weights))
-        if self.min_p > 0:
-            kept = weights > 0
-            # each kept entry's log-weight less the largest, against log(min_p): both move by
-            # at most the perturbation over the temperature
-            distance = np.abs(scaled[kept].max() - scaled[kept] + np.log(self.min_p))
-            margin = min(margin, self.temperature * float(distance.min()))
-            weights[weights < self.min_p * weights.max()] = 0.0
-        return float(margin), warped
-
     def kept_bounds(
         self, probs: np.ndarray, tolerance: float
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -152,8 +114,8 @@ class SamplingParams:
         surely when that share's largest value is (the tokens that may be above it at their
         most, against those surely below and itself), and drops it surely when its smallest
         value is not; min-p compares a log-weight with the largest, which moves by at most
-        eps. Unlike :meth:`warp_margin` a token near a cut does not make the whole row
-        unstable: the sampler decides whether an uncertain token can matter.
+        eps. A token near a cut does not make the whole row unstable: the sampler decides
+        whether an uncertain token can matter.
         """
         with np.errstate(divide="ignore"):
             logits = np.log(np.asarray(probs, dtype=np.float64))
@@ -201,37 +163,6 @@ class SamplingParams:
             surely &= scaled - eps >= threshold
             possibly &= scaled + eps >= threshold
         return weights, surely, possibly
-
-    def _top_p_margin(self, scaled: np.ndarray, weights: np.ndarray) -> float:
-        """Top-p's margin on the weights top-k kept, which it cuts in place as the warp does.
-
-        The cut keeps the n best entries, n the first whose cumulative share reaches top_p.
-        It stays where it is when (a) the n-th and (n+1)-th log-weights stay in order (their
-        gap exceeds the perturbation over T, so the kept set is still the n best), (b) the n
-        best still reach top_p and (c) the n - 1 best still fall short. With every weight
-        scaled by a factor in [1, e^eps] (eps: the perturbation over T; a common factor
-        changes no share), a set of mass A against the rest's B keeps a share between
-        A / (A + B e^eps) and A e^eps / (A e^eps + B), and the share of any n - 1 of the kept
-        n is at most that bound for the n - 1 best. Solving (b) and (c) for eps gives the
-        margins below.
-        """
-        p = self.top_p
-        by_rank = np.argsort(-weights, kind="stable")
-        ranked = weights[by_rank]
-        mass = np.cumsum(ranked) / weights.sum()  # as the warp computes it
-        n = int(np.searchsorted(mass, p, side="left")) + 1
-        margin = np.inf
-        with np.errstate(divide="ignore"):
-            if n < ranked.size and ranked[n] > 0:  # (a)
-                margin = min(margin, scaled[by_rank[n - 1]] - scaled[by_rank[n]])
-            rest = ranked[n:].sum()
-            if rest > 0:  # (b)
-                margin = min(margin, np.log(ranked[:n].sum() * (1 - p) / (p * rest)))
-            if n > 1:  # (c)
-                best = ranked[: n - 1].sum()
-                margin = min(margin, np.log(p * ranked[n - 1 :].sum() / ((1 - p) * best)))
-        weights[by_rank[n:]] = 0.0
-        return self.temperature * float(margin)
 
 
 def _one_hot_argmax(values: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The choice margin and the stability test of a noisy choice never overstate: a seeded sweep over
+"""The stability test of a noisy choice never overstates: a seeded sweep over
 every sampling control and sampler, rows of several shapes (exact ties and zero entries among
 them, a vocabulary of two race levels), each perturbed many times by logit moves whose pairwise
 change is at most the tolerance (corners of the allowed box, the hardest case for a choice),
@@ -16,7 +16,6 @@ from spec_decode import SamplingParams
 from spec_decode.core.noise import (
     NOISE_BLOCK,
     SAMPLERS,
-    choice_margin,
     choice_stable,
     positional_source,
 )
@@ -58,14 +57,7 @@ def perturbed(rng: np.random.Generator, row: np.ndarray, tolerance: float) -> np
     return probs / probs.sum()
 
 
-def margin_test(sampling, row, noise, tolerance) -> bool:
-    return choice_margin(sampling, row, noise) > tolerance
-
-
-TESTS = {"margin": margin_test, "stable": choice_stable}
-
-
-def sweep(sampling: SamplingParams, sampler: str, vocab: int, seed: int, test: str = "stable"):
+def sweep(sampling: SamplingParams, sampler: str, vocab: int, seed: int):
     """(rows called stable at the sweep's tolerance, rows checked, flips on such rows, flips on
     the other rows) over the sweep."""
     rng = np.random.default_rng(seed)
@@ -74,7 +66,7 @@ def sweep(sampling: SamplingParams, sampler: str, vocab: int, seed: int, test: s
     for position in range(ROWS):
         row, noise = random_row(rng, vocab), source.noise(position)
         choice = noise.choose(sampling.warp(row))
-        is_stable = TESTS[test](sampling, row, noise, SWEEP_TOLERANCE)
+        is_stable = choice_stable(sampling, row, noise, SWEEP_TOLERANCE)
         stable += is_stable
         for _ in range(PERTURBATIONS):
             other = noise.choose(sampling.warp(perturbed(rng, row, SWEEP_TOLERANCE)))
@@ -84,20 +76,19 @@ def sweep(sampling: SamplingParams, sampler: str, vocab: int, seed: int, test: s
     return stable, ROWS, flips_on_stable, flips_on_flagged
 
 
-@pytest.mark.parametrize("test", TESTS)
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("sampling_name", SAMPLINGS)
-def test_a_choice_called_stable_never_flips(sampling_name, sampler, test):
+def test_a_choice_called_stable_never_flips(sampling_name, sampler):
     sampling = SAMPLINGS[sampling_name]
     vocabs = (12, NOISE_BLOCK + 300) if sampler == "race" else (12,)  # two race levels too
     for seed, vocab in enumerate(vocabs):
-        stable, _, flips_on_stable, _ = sweep(sampling, sampler, vocab, seed, test)
+        stable, _, flips_on_stable, _ = sweep(sampling, sampler, vocab, seed)
         assert flips_on_stable == 0
         assert stable > 0
 
 
 def test_the_sweep_can_see_a_flip():
-    """The perturbations do flip choices: on the rows the margin flags."""
+    """The perturbations do flip choices: on the rows the test flags."""
     flagged_flips = sum(sweep(SAMPLINGS["T=0.3"], "race", 12, seed)[3] for seed in range(3))
     assert flagged_flips > 0
 
@@ -105,8 +96,8 @@ def test_the_sweep_can_see_a_flip():
 @pytest.mark.parametrize("sampling_name", SAMPLINGS)
 def test_the_stable_test_is_not_vacuous(sampling_name):
     """At the sweep's large tolerance most small rows pass; at a realistic tolerance nearly all
-    rows pass, on a large vocabulary too, where the margin gives up on top-p and min-p rows
-    (some token nearly always sits near their cut)."""
+    rows pass, on a large vocabulary too (where some token nearly always sits near a top-p or
+    min-p cut)."""
     sampling = SAMPLINGS[sampling_name]
     stable, rows, _, _ = sweep(sampling, "race", 12, 0)
     assert stable > rows // 2
@@ -119,12 +110,10 @@ def test_the_stable_test_is_not_vacuous(sampling_name):
 
 def test_greedy_rows_are_left_to_the_backend_and_unknown_noise_always_settles():
     row = np.array([0.5, 0.5 - 1e-9, 1e-9])
-    assert choice_margin(SamplingParams(0.0), row, positional_source(0).noise(0)) == np.inf
     assert choice_stable(SamplingParams(0.0), row, positional_source(0).noise(0), 1.0)
 
     class Opaque:
         def choose(self, probs):
             return 0
 
-    assert choice_margin(SamplingParams(1.0), row, Opaque()) == 0.0
     assert not choice_stable(SamplingParams(1.0), row, Opaque(), 1e-3)
