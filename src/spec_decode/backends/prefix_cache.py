@@ -25,7 +25,10 @@ class ForwardStats:
     ``calls``, ``tokens_fed`` and ``forward_s`` count the passes that answer the caller; a
     backend that re-scores near-tied rows the way target-only decoding does (transformers)
     counts that extra work apart: ``rescored_rows`` rows, in ``rescore_calls`` forward calls
-    feeding ``rescore_tokens_fed`` tokens, taking ``rescore_s`` seconds.
+    feeding ``rescore_tokens_fed`` tokens, taking ``rescore_s`` seconds. ``settled_rows``
+    counts the rows the coupled rule's step asked for exactly because their noisy choice was
+    near a tie (:mod:`spec_decode.core.near_ties`); those not already known to be target-only's
+    are re-scored, and counted in ``rescored_rows`` too.
     """
 
     calls: int = 0
@@ -37,6 +40,7 @@ class ForwardStats:
     rescore_calls: int = 0
     rescore_tokens_fed: int = 0
     rescore_s: float = 0.0
+    settled_rows: int = 0
 
     def reset(self) -> None:
         """Every count and time back to zero."""

@@ -38,8 +38,10 @@ from spec_decode.core.checks import (
     check_verdict,
     leading_matches,
 )
+from spec_decode.core.coupled import is_coupled
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model, score
+from spec_decode.core.near_ties import settle_rows
 from spec_decode.core.noise import positioned, sample_row
 from spec_decode.core.protocols import Drafter, KPolicy, Plan, Planner, TreeDrafter
 from spec_decode.core.randomness import RandomSource, as_source
@@ -149,6 +151,9 @@ def planned_step(
         if k:
             drafted, q = check_proposal(*drafters[name].propose(context, k, source), k, vocab_size)
         raw_p, draft_s, target_s = _timed_scores(target, context, drafted, start)
+        if is_coupled(rule):  # every row, the k = 0 one too: it may follow block-scored tokens
+            paths = [drafted[:i] for i in range(len(drafted) + 1)]
+            raw_p, target_s = _settled(target, sampling, raw_p, source, context, paths, target_s)
         if not drafted:  # warp the one row only: half the cost of warping a (1, V) block
             token = sample_row(source, sampling.warp(raw_p[0]))
             return Step([token], target_seconds=target_s, proposals=proposals)
@@ -187,6 +192,9 @@ def tree_step(
             proposed = drafter.propose_tree(context, TreeShape(shape.widths[:depth]), source)
             tree = check_tree(proposed, depth, vocab_size)
         raw_p, draft_s, target_s = _timed_scores(target, context, tree, start)
+        if is_coupled(rule):
+            paths = [[], *(tree.path(i) for i in range(tree.size))]
+            raw_p, target_s = _settled(target, sampling, raw_p, source, context, paths, target_s)
         verdict = check_verdict(
             rule(sampling.warp(raw_p), tree, source), tree.depth, vocab_size, kept=tree.kept
         )
@@ -226,6 +234,23 @@ def _timed_scores(
     raw_p = check_scores(rows, n_drafted, target.vocab_size)
     scored_at = time.perf_counter()
     return raw_p, drafted_at - drafting_started, scored_at - drafted_at
+
+
+def _settled(
+    target: Model,
+    sampling: SamplingParams,
+    raw_p: np.ndarray,
+    source: RandomSource,
+    context: list[int],
+    paths: list[list[int]],
+    target_s: float,
+) -> tuple[np.ndarray, float]:
+    """Under the coupled rule: the rows with every near-tied choice replaced by the row
+    target-only decoding computes (:mod:`spec_decode.core.near_ties`), and the target seconds
+    with that work added."""
+    start = time.perf_counter()
+    settled = settle_rows(target, sampling, raw_p, source, context, paths)
+    return settled, target_s + time.perf_counter() - start
 
 
 def target_step(target: Model, sampling: SamplingParams) -> StepFunction:

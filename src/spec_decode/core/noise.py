@@ -39,6 +39,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from spec_decode.core.randomness import NumpySource, RandomSource, fold_seed
+from spec_decode.core.sampling import SamplingParams
 
 #: Entries per block of the two-level race and of the two-level inverse-CDF search.
 NOISE_BLOCK = 1024
@@ -255,6 +256,33 @@ class RaceNoise:
         start = block * NOISE_BLOCK
         return start + int(np.argmin(self._keys(1 + block, probs[start : start + NOISE_BLOCK])))
 
+    def is_stable(
+        self,
+        probs: np.ndarray,
+        weights: np.ndarray,
+        surely: np.ndarray,
+        possibly: np.ndarray,
+        eps: float,
+    ) -> bool:
+        """Whether :meth:`choose` on ``probs`` stays put when the tokens ``possibly`` kept may
+        join those ``surely`` kept and every one's log-weight (``weights``, proportional to
+        ``probs`` where kept) moves by at most ``eps``: the winner is surely kept and its log-key
+        beats every other possibly kept key by more than eps, at each level (a block's key at
+        its least mass against the others' at their most)."""
+        token = self.choose(probs)
+        if not surely[token]:
+            return False
+        if self.flat:
+            return _beats(self._keys(1, np.where(possibly, weights, 0.0)), token, eps)
+        least = _block_sums(np.where(surely, weights, 0.0))
+        most = _block_sums(np.where(possibly, weights, 0.0))
+        block, start = token // NOISE_BLOCK, token // NOISE_BLOCK * NOISE_BLOCK
+        keys = self._keys(0, most)
+        keys[block] = self._keys(0, least)[block]
+        entries = np.where(possibly, weights, 0.0)[start : start + NOISE_BLOCK]
+        entry_keys = self._keys(1 + block, entries)
+        return _beats(keys, block, eps) and _beats(entry_keys, token - start, eps)
+
     def ranked(self, probs: np.ndarray, m: int) -> list[int]:
         """Blocks in race order, entries of each block in race order (flat: entries in race
         order); entries of zero mass never."""
@@ -289,6 +317,32 @@ class UniformNoise:
         offset = point - (float(cumulative[block - 1]) if block else 0.0)
         return start + _first_above(np.cumsum(entries), offset, entries > 0)
 
+    def is_stable(
+        self,
+        probs: np.ndarray,
+        weights: np.ndarray,
+        surely: np.ndarray,
+        possibly: np.ndarray,
+        eps: float,
+    ) -> bool:
+        """Whether :meth:`choose` on ``probs`` stays put when the tokens ``possibly`` kept may
+        join those ``surely`` kept and every one's log-weight moves by at most ``eps``: as
+        with A the mass up to and including the token and B the rest, every entry scaled by a
+        factor in [1, e^eps] keeps the share A / (A + B) between A / (A + B e^eps) and
+        A e^eps / (A e^eps + B); u stays below it while eps < log(A (1 - u) / (u B)), and
+        likewise above the share before the token, with the masses on the side away from u at
+        their most."""
+        token, u = self.choose(probs), float(self.u)
+        if not surely[token]:
+            return False
+        least, most = np.where(surely, weights, 0.0), np.where(possibly, weights, 0.0)
+        upto, rest = float(least[: token + 1].sum()), float(most[token + 1 :].sum())
+        below, after = float(most[:token].sum()), float(least[token:].sum())
+        with np.errstate(divide="ignore"):
+            if rest > 0 and not (u > 0 and np.log(upto * (1 - u) / (u * rest)) > eps):
+                return False
+            return not (below > 0 and not np.log(u * after / ((1 - u) * below)) > eps)
+
     def ranked(self, probs: np.ndarray, m: int) -> list[int]:
         """:meth:`choose`'s token, then the most probable others (lowest id on ties): one
         uniform orders nothing else."""
@@ -298,6 +352,49 @@ class UniformNoise:
         others = others[others != first]
         by_mass = others[np.argsort(-probs[others], kind="stable")[: m - 1]] if m > 1 else []
         return [first, *(int(t) for t in by_mass)]
+
+
+#: Added to every tolerance :func:`choice_stable` checks, for the float rounding of its bounds
+#: and of the choice (sums in another order); far above it, far below any tolerance.
+MARGIN_ROUNDING = 1e-9
+
+
+def choice_stable(
+    sampling: SamplingParams, raw_row: np.ndarray, noise: PositionNoise, tolerance: float
+) -> bool:
+    """Whether ``noise.choose(sampling.warp(raw_row))`` stays put under every perturbation of the
+    raw row by at most ``tolerance`` (the largest change of the difference of any two raw
+    logits): the test settling uses (:mod:`spec_decode.core.near_ties`).
+
+    A token near a top-k, top-p or min-p cut makes the choice unstable only if it could win
+    (:meth:`~spec_decode.core.sampling.SamplingParams.kept_bounds`): on a large vocabulary
+    some token nearly always sits near a top-p or min-p cut, so a test that gave up on the
+    whole row there would settle nearly every row. Greedy controls: True (the backend checks
+    the top two itself). A noise without ``is_stable``: False (always settle).
+    """
+    if sampling.greedy:
+        return True
+    check = getattr(noise, "is_stable", None)
+    if check is None:
+        return False
+    tolerance += MARGIN_ROUNDING
+    weights, surely, possibly = sampling.kept_bounds(raw_row, tolerance)
+    return bool(
+        check(sampling.warp(raw_row), weights, surely, possibly, tolerance / sampling.temperature)
+    )
+
+
+def _beats(keys: np.ndarray, winner: int, eps: float) -> bool:
+    """Whether log(keys[winner]) is below every other finite key's log by more than ``eps``."""
+    others = np.delete(keys, winner)
+    others = others[np.isfinite(others)]
+    if others.size == 0:
+        return True
+    best = float(others.min())
+    if best == 0:
+        return False
+    with np.errstate(divide="ignore"):
+        return bool(np.log(best) - np.log(keys[winner]) > eps)
 
 
 def _positive_mass(probs: np.ndarray) -> np.ndarray:

@@ -98,6 +98,72 @@ class SamplingParams:
             row[row < self.min_p * row.max()] = 0.0
         row /= row.sum()
 
+    def kept_bounds(
+        self, probs: np.ndarray, tolerance: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which tokens the warp keeps whatever the perturbation of the raw row ``probs`` by at
+        most ``tolerance`` (the largest change of the difference of any two raw logits), and
+        which it may keep: ``(weights, surely, possibly)``, ``weights`` the row's tempered
+        weights exp((logit - max) / T) (the warped row is them, cut and normalised), the other
+        two boolean masks, surely within possibly. Not for greedy controls.
+
+        With eps the tolerance over T and every log-weight moved up by between 0 and eps (a
+        common factor changes no cut): top-k keeps a token surely when fewer than k others can
+        reach it (within eps), and drops it surely when k others stay above it by more than
+        eps; top-p keeps a token when the share of the tokens above it is below top_p, so
+        surely when that share's largest value is (the tokens that may be above it at their
+        most, against those surely below and itself), and drops it surely when its smallest
+        value is not; min-p compares a log-weight with the largest, which moves by at most
+        eps. A token near a cut does not make the whole row unstable: the sampler decides
+        whether an uncertain token can matter.
+        """
+        with np.errstate(divide="ignore"):
+            logits = np.log(np.asarray(probs, dtype=np.float64))
+        scaled = (logits - logits.max()) / self.temperature
+        weights = np.exp(scaled)
+        surely, possibly = weights > 0, weights > 0
+        if self.is_identity or (
+            (self.top_k is None or self.top_k >= weights.size)
+            and self.top_p == 1
+            and self.min_p == 0
+        ):
+            return weights, surely, possibly
+        eps = tolerance / self.temperature
+        ascending = np.sort(scaled)
+        size = ascending.size
+
+        def at_least(x: np.ndarray) -> np.ndarray:  # how many log-weights are >= x
+            return size - np.searchsorted(ascending, x, side="left")
+
+        def above(x: np.ndarray) -> np.ndarray:  # how many are > x
+            return size - np.searchsorted(ascending, x, side="right")
+
+        with np.errstate(invalid="ignore"):  # -inf entries: neither surely nor possibly kept
+            reach, beaten = at_least(scaled - eps) - 1, above(scaled + eps)
+        if self.top_k is not None and self.top_k < size:
+            surely &= reach < self.top_k
+            possibly &= beaten < self.top_k
+        if self.top_p < 1:
+            p, grow = self.top_p, np.exp(eps)
+            descending = np.argsort(-scaled, kind="stable")
+            mass_possibly = np.concatenate([[0.0], np.cumsum((weights * possibly)[descending])])
+            mass_surely = np.concatenate([[0.0], np.cumsum((weights * surely)[descending])])
+            upper = reach + 1  # tokens that may be above (and the token itself)
+            above_most = mass_possibly[upper] - weights * possibly
+            below_least = mass_surely[-1] - mass_surely[upper] + weights
+            above_least = mass_surely[beaten]
+            below_most = mass_possibly[-1] - mass_possibly[beaten]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share_most = above_most * grow / (above_most * grow + below_least)
+                share_least = above_least / (above_least + below_most * grow)
+            surely &= share_most < p
+            possibly &= ~(share_least >= p)
+        if self.min_p > 0:
+            threshold = np.log(self.min_p)
+            surely &= scaled - eps >= threshold
+            possibly &= scaled + eps >= threshold
+        return weights, surely, possibly
+
 
 def _one_hot_argmax(values: np.ndarray) -> np.ndarray:
     """All mass on each row's largest entry (the lowest id among ties, as ``argmax`` picks)."""

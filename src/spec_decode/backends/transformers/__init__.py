@@ -33,7 +33,11 @@ pays at most about one target-only run plus the drafted tokens of the blocks wit
 rare near-ties cost nothing elsewhere. The replica's work is counted apart in
 :class:`~spec_decode.backends.prefix_cache.ForwardStats` (``rescored_rows``, ``rescore_calls``,
 ``rescore_tokens_fed``, ``rescore_s``). Rows that are already target-only's (every
-row of target-only decoding itself) are never re-scored. Off with ``exact_ties=False``, and off
+row of target-only decoding itself) are never re-scored. Sampled decoding under the coupled rule
+gets the same guarantee from the core: a row whose noisy choice could flip within the tolerance
+is replaced by :meth:`TransformersModel.exact_dist`, the row re-scored the same way
+(:mod:`spec_decode.core.near_ties`; counted in ``settled_rows``), so per-seed identity holds at
+any temperature and with top-k, top-p and min-p too. Off with ``exact_ties=False``, and off
 where no tolerance is stated: int8 linear layers (their shared activation scale moves block rows
 far more; fine for a draft) and CUDA (unmeasured).
 

@@ -71,15 +71,39 @@ class TransformersModel(PrefixCachedModel):
         self.sliding_window: int | None = min(windows) if windows else None
         window = int(context_window or config.max_position_embeddings)
         self.context_window = min(window, self.sliding_window or window)
-        self.block_tolerance = (
+        self._tolerance = (
             stated_block_tolerance(model) if block_tolerance is None else float(block_tolerance)
         )
-        self.exact_ties = bool(exact_ties) and self.block_tolerance is not None
+        self.exact_ties = bool(exact_ties) and self._tolerance is not None
         self._cached: list[int] = []
         self._exact_upto = 0  # how many leading cache entries are target-only's own
         self._prompt: list[int] = []  # the committed part of the first call on an empty cache
         self._replica = DynamicCache(config=model.config)  # built the target-only way only
         self._replica_tokens: list[int] = []
+        #: Logits of the last call's rows known to be target-only's, by context.
+        self._known_exact: dict[tuple[int, ...], torch.Tensor] = {}
+
+    @property
+    def block_tolerance(self) -> float | None:
+        """The bound on how far block scoring moves the difference of two logits of a row, while
+        near-ties are re-scored (``exact_ties``); None otherwise. The coupled rule's step reads
+        it to settle noisy near-ties with :meth:`exact_dist`
+        (:mod:`spec_decode.core.near_ties`)."""
+        return self._tolerance if self.exact_ties else None
+
+    def exact_dist(self, context: Sequence[int]) -> np.ndarray:
+        """The distribution after ``context`` exactly as target-only decoding computes it (on
+        the replica; counted in ``stats.settled_rows``, and in ``stats.rescored_rows`` when
+        re-scored). ``context`` must extend this run's
+        prompt: the core asks for rows of the block it was just given. A row of that block
+        already known to be target-only's (re-scored at a greedy near-tie, or a call target-only
+        decoding itself makes) is returned without re-scoring."""
+        self.stats.settled_rows += 1
+        context = list(context)
+        logits = self._known_exact.get(tuple(context))
+        if logits is None:
+            logits = self._exact_logits(context)
+        return self._softmax(logits[None])[0]
 
     @property
     def cache_length(self) -> int:
@@ -92,6 +116,7 @@ class TransformersModel(PrefixCachedModel):
         self._cached = []
         self._exact_upto = 0
         self._prompt = []
+        self._known_exact = {}
         self._reset_replica()
 
     def _reset_replica(self) -> None:
@@ -177,6 +202,7 @@ class TransformersModel(PrefixCachedModel):
             depths.append(1 if parent < 0 else depths[parent] + 1)
             paths.append(([] if parent < 0 else paths[parent]) + [token])
         start = time.perf_counter()
+        self._known_exact = {}
         self.check_fits(len(prefix), len(tokens) if self.sliding_window else max(depths, default=0))
         keep = self._reuse(prefix, len(prefix))
         new = prefix[keep:] + tokens
@@ -217,6 +243,7 @@ class TransformersModel(PrefixCachedModel):
     def _dists(self, sequence: list[int], n_rows: int) -> np.ndarray:
         """Probabilities after each of the last ``n_rows`` prefixes of ``sequence``."""
         start = time.perf_counter()
+        self._known_exact = {}
         committed = len(sequence) - n_rows + 1
         self.check_fits(committed, n_rows - 1)
         keep = self._reuse(sequence, committed)
@@ -236,6 +263,7 @@ class TransformersModel(PrefixCachedModel):
         self._cached.extend(new)
         if exact:
             self._exact_upto = len(self._cached)
+            self._known_exact[tuple(sequence)] = logits[0]
         else:
             logits = self._settle_near_ties(logits, lambda row: sequence[: committed + row])
         return self._softmax(logits)
@@ -263,7 +291,9 @@ class TransformersModel(PrefixCachedModel):
             return logits
         logits = logits.clone()
         for row in near:
-            logits[row] = self._exact_logits(context_of(row))
+            context = context_of(row)
+            logits[row] = self._exact_logits(context)
+            self._known_exact[tuple(context)] = logits[row]
         return logits
 
     def _exact_logits(self, context: list[int]) -> torch.Tensor:
