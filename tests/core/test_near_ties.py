@@ -127,6 +127,8 @@ def test_settling_needs_a_stated_tolerance_and_exact_rows():
 
 
 DRAFTERS = ["lookup", "model", "tree"]
+#: Seeds of the slow tier, per setting.
+SEEDS = 250
 
 
 @pytest.mark.parametrize("sampling_name", SAMPLINGS)
@@ -140,9 +142,11 @@ def test_settled_coupled_output_is_target_only_output(drafter, sampling_name):
 @pytest.mark.slow
 @pytest.mark.parametrize("sampling_name", SAMPLINGS)
 @pytest.mark.parametrize("drafter", DRAFTERS)
-def test_settled_identity_over_1000_seeds(drafter, sampling_name):
-    certificate, target = certify(drafter, SAMPLINGS[sampling_name], range(1000))
-    assert certificate.seeds == 1000
+def test_settled_identity_over_many_seeds(drafter, sampling_name):
+    """250 seeds a setting (the 1,000-seed identity certificate of the rule itself is
+    tests/certify/test_identity.py); the broken variants below fail within them."""
+    certificate, target = certify(drafter, SAMPLINGS[sampling_name], range(SEEDS))
+    assert certificate.seeds == SEEDS
     assert certificate.passed, certificate.mismatched
     assert 0 < target.exact_rows < target.rows
 
@@ -150,7 +154,7 @@ def test_settled_identity_over_1000_seeds(drafter, sampling_name):
 @pytest.mark.slow
 @pytest.mark.parametrize("drafter", DRAFTERS)
 def test_without_settling_identity_fails(drafter):
-    certificate, target = certify(drafter, SAMPLINGS["T=0.7"], range(1000), settles=False)
+    certificate, target = certify(drafter, SAMPLINGS["T=0.7"], range(SEEDS), settles=False)
     assert not certificate.passed
     assert target.exact_rows == 0
 
@@ -165,5 +169,5 @@ def test_a_test_that_ignores_temperature_fails(monkeypatch):
         return noise.is_stable(sampling.warp(raw_row), weights, surely, possibly, tolerance)
 
     monkeypatch.setattr(near_ties, "choice_stable", ignoring_temperature)
-    certificate, _ = certify("model", SAMPLINGS["T=0.3"], range(1000))
+    certificate, _ = certify("model", SAMPLINGS["T=0.3"], range(SEEDS))
     assert not certificate.passed
