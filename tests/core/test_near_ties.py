@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from test_choice_stable import SAMPLINGS  # the same seven sampling settings
 
 from spec_decode import SamplingParams, draft_from_target, random_markov
 from spec_decode.certify.identity import identity_certificate, target_only_run
@@ -22,15 +23,6 @@ from spec_decode.core.noise import positional_source
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.speculative import generate_speculative, generate_tree
 
-SAMPLINGS = {
-    "T=0.3": SamplingParams(0.3),
-    "T=0.7": SamplingParams(0.7),
-    "T=1": SamplingParams(1.0),
-    "T=0.7 top-k 3": SamplingParams(0.7, top_k=3),
-    "T=1 top-p 0.8": SamplingParams(1.0, top_p=0.8),
-    "T=1 min-p 0.1": SamplingParams(1.0, min_p=0.1),
-    "T=0.7 all three": SamplingParams(0.7, top_k=4, top_p=0.9, min_p=0.05),
-}
 VOCAB, TOKENS, K = 6, 12, 3
 PROMPT = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
 #: The toy target's stated tolerance; its block rows move logits by up to half of it.
