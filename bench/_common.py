@@ -178,7 +178,11 @@ def run_auto(
     config = EngineConfig(k=k_max, shared_history=False, reuse_cache=False)
     whole = {"stop_ids": frozenset()}  # every variant generates the same number of tokens
     engine = Engine(
-        config, dataclasses.replace(target, **whole), dataclasses.replace(draft, **whole), costs
+        config,
+        dataclasses.replace(target, **whole),
+        dataclasses.replace(draft, **whole),
+        costs,
+        k=k_max,
     )
     completion = engine.generate(ids, tokens, sampling=SamplingParams(temperature), seed=seed)
     return trace_record(completion.trace, completion.seconds)

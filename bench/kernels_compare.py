@@ -1,7 +1,7 @@
 """Cost curves of several llama.cpp builds, interleaved: one-token passes vs blocks of B tokens.
 
-Runs ``bench/kernels_cost.py`` once per build per round, alternating builds, so that machine load
-hits each alike; writes every round's medians and a summary (per build and block: the median over
+Runs ``bench/kernels_cost.py`` once per build per round, alternating builds (in reverse order every
+other round), so that machine load hits each alike; writes every round's medians and a summary (per build and block: the median over
 rounds of the per-round medians, and of the per-round ratio to that round's one-token pass) to
 ``--out``.
 
@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--blocks", default="1,2,4,8,16,32,48")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--context", type=int, default=48, help="cached tokens before each block")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--out", required=True)
@@ -47,10 +48,12 @@ def main() -> None:
     builds = [b.split("=", 1) for b in args.build]
     rounds: list[dict] = []
     for r in range(args.rounds):
-        for label, lib in builds:
+        for label, lib in builds if r % 2 == 0 else builds[::-1]:  # no build always goes first
             env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
             if lib:
                 env["LLAMA_CPP_LIB_PATH"] = lib
+            else:
+                env["SPEC_DECODE_KERNELS"] = "stock"
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 started = time.time()
                 subprocess.run(
@@ -60,6 +63,8 @@ def main() -> None:
                         args.model,
                         "--blocks",
                         args.blocks,
+                        "--context",
+                        str(args.context),
                         "--reps",
                         str(args.reps),
                         "--threads",
@@ -119,6 +124,7 @@ def main() -> None:
             {
                 "model": os.path.basename(args.model),
                 "threads": args.threads,
+                "context": args.context,
                 "reps": args.reps,
                 "clock": args.clock,
                 "rounds": rounds,

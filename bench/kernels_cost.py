@@ -40,14 +40,15 @@ def main() -> None:
     mp = llama_cpp.llama_model_default_params()
     model = llama_cpp.llama_model_load_from_file(args.model.encode(), mp)
     cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+    blocks = [int(b) for b in args.blocks.split(",")]
+    cp.n_ctx = cp.n_batch = max(512, args.context + max(blocks))
+    cp.n_ubatch = 512  # llama.cpp's micro-batch, as the backend pins it
     cp.n_threads = cp.n_threads_batch = args.threads
     cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
     cp.no_perf = True
     ctx = llama_cpp.llama_init_from_model(model, cp)
     mem = llama_cpp.llama_get_memory(ctx)
-    batch = llama_cpp.llama_batch_init(512, 0, 1)
-    blocks = [int(b) for b in args.blocks.split(",")]
+    batch = llama_cpp.llama_batch_init(cp.n_batch, 0, 1)
     rng = np.random.default_rng(0)
     toks = rng.integers(100, 30000, size=args.context + max(blocks)).tolist()
 

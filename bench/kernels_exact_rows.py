@@ -2,11 +2,14 @@
 
 For B = 1..64 (``--blocks``): the rows of a block of B tokens scored in one call against the same
 tokens scored one at a time, after a 48-token prompt; see
-:mod:`spec_decode.backends.llamacpp.exact_rows`. Which build runs is ``LLAMA_CPP_LIB_PATH``'s.
+:mod:`spec_decode.backends.llamacpp.exact_rows`. The build that runs is the one spec-decode
+loads (:mod:`spec_decode.backends.llamacpp.library`): the exact-rows build once built,
+``SPEC_DECODE_KERNELS=stock`` for llama-cpp-python's own.
 
-    LLAMA_CPP_LIB_PATH=$(spec-decode build-kernels | sed 's/.*=//') \\
-        python bench/kernels_exact_rows.py --out bench/results/kernels_exact_rows_patched.json
-    python bench/kernels_exact_rows.py --out bench/results/kernels_exact_rows_stock.json
+    spec-decode build-kernels
+    python bench/kernels_exact_rows.py --out bench/results/kernels_exact_rows_patched.json
+    SPEC_DECODE_KERNELS=stock python bench/kernels_exact_rows.py \\
+        --out bench/results/kernels_exact_rows_stock.json
 """
 
 from __future__ import annotations

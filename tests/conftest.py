@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from spec_decode import draft_from_target, random_markov
+
+with contextlib.suppress(ImportError):  # no [llama] extra
+    # first, so that every test runs the llama.cpp libraries the CLI would load
+    import spec_decode.backends.llamacpp  # noqa: F401
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -30,6 +30,7 @@ gguf = pytest.importorskip("gguf")
 
 from tiny_gguf import close_writer, llama_writer  # noqa: E402
 
+from spec_decode import SamplingParams, generate_autoregressive  # noqa: E402
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches  # noqa: E402
 from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
     exact_block_size,
@@ -37,6 +38,9 @@ from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
     kernels_status,
     patched_exact_rows,
 )
+from spec_decode.certify.identity import identity_certificate, target_only_run  # noqa: E402
+from spec_decode.core.coupled import coupled_rule  # noqa: E402
+from spec_decode.drafting.speculative import generate_speculative  # noqa: E402
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 256, 2, 4, 2, 512, 512
 QK_K = 256
@@ -121,6 +125,7 @@ def kquant_gguf(tmp_path_factory) -> Path:
 
 def stock_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
+    env["SPEC_DECODE_KERNELS"] = "stock"
     src = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     return env
@@ -156,7 +161,7 @@ def test_the_model_is_sane(kquant_gguf):
 needs_patched = pytest.mark.skipif(
     patched_exact_rows() == 0,
     reason="the loaded llama.cpp is not the exact-rows build: run `spec-decode build-kernels` "
-    "and export LLAMA_CPP_LIB_PATH as it prints (" + kernels_status() + ")",
+    "(" + kernels_status() + ")",
 )
 
 
@@ -196,3 +201,51 @@ def test_the_check_fails_on_the_stock_build(kquant_gguf):
     blocks = {int(k): v for k, v in result["blocks"].items()}
     assert blocks[1]["rows"] == [] and blocks[2]["rows"] == [] and blocks[3]["rows"] == []
     assert blocks[4]["rows"] and blocks[8]["rows"] and blocks[16]["rows"]
+
+
+@pytest.fixture(scope="module")
+def self_drafted(kquant_gguf):
+    """The K-quant target and, as its draft, a second copy of the same model: every greedy or
+    coupled draft is the target's own choice, so every pass scores k + 1 tokens in one call."""
+    from spec_decode.backends.llamacpp import LlamaCppModel
+
+    return tuple(LlamaCppModel(kquant_gguf, n_threads=2, n_ctx=256) for _ in range(2))
+
+
+@needs_patched
+@pytest.mark.parametrize("k", [16, 32, 48])
+def test_greedy_blocks_of_up_to_49_tokens_are_token_identical(self_drafted, k):
+    """Greedy output with verification blocks of k + 1 tokens is target-only output, and every
+    draft is accepted: the target's block rows are the draft's one-token rows, bit for bit."""
+    target, draft = self_drafted
+    greedy = SamplingParams(temperature=0)
+    for prompt in ([5, 9, 13], [200, 7, 300, 41, 8]):
+        plain = generate_autoregressive(
+            target, prompt, 120, np.random.default_rng(0), sampling=greedy
+        )
+        spec = generate_speculative(
+            target, draft, prompt, 120, k, np.random.default_rng(0), sampling=greedy
+        )
+        assert spec.tokens == plain.tokens, (prompt, k)
+        assert spec.acceptance_rate == 1.0 and spec.target_passes <= -(-120 // (k + 1)) + 1
+
+
+@needs_patched
+def test_coupled_blocks_of_49_tokens_give_target_only_output_per_seed(self_drafted):
+    """At T = 1, for each of 8 seeds, the coupled rule with k = 48 emits target-only output."""
+    target, draft = self_drafted
+    sampling = SamplingParams(1.0)
+    prompt = [5, 9, 13]
+
+    def speculative(source, n):
+        return generate_speculative(
+            target, draft, prompt, n, 48, source, sampling=sampling, rule=coupled_rule
+        )
+
+    certificate = identity_certificate(
+        speculative, target_only_run(target, prompt, sampling), range(8), 100
+    )
+    assert certificate.passed, certificate.mismatched
+    # every draft accepted: passes of 49 tokens (rejections are exercised in
+    # tests/backends/test_llamacpp_coupled.py)
+    assert certificate.accepted == certificate.drafted > 8 * 48, certificate

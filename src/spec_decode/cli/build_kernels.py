@@ -1,9 +1,11 @@
 """``spec-decode build-kernels``: build llama.cpp's exact-rows kernels once per machine.
 
 Builds the patched llama.cpp shared libraries (see :mod:`spec_decode.backends.llamacpp.build`)
-from llama-cpp-python's pinned sdist into the user cache and prints the ``LLAMA_CPP_LIB_PATH``
-to export. With them loaded, the llama.cpp backend scores drafted blocks of up to 64 tokens in one
-call, every row bitwise the one-token row; without them it keeps the stock 3-token exact blocks.
+from llama-cpp-python's pinned sdist into the user cache, where spec-decode loads them from then
+on (:mod:`spec_decode.backends.llamacpp.library`), and prints the ``LLAMA_CPP_LIB_PATH`` that
+makes other programs load them. With them loaded, the llama.cpp backend scores drafted blocks of
+up to 64 tokens in one call, every row bitwise the one-token row; without them it keeps the stock
+3-token exact blocks.
 ``--status`` only says which build this process would load and what it guarantees.
 """
 
@@ -80,4 +82,8 @@ def build_kernels_command(
     if as_json:
         print_json({"lib_dir": str(folder), "build_info": info})
         return
+    console.print(
+        "spec-decode loads this build from now on (SPEC_DECODE_KERNELS=stock: llama-cpp-python's "
+        "own libraries); other programs load it with:"
+    )
     print(f"export LLAMA_CPP_LIB_PATH={folder}")

@@ -19,6 +19,7 @@ from rich.table import Table
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
 from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import (
+    EngineK,
     MinP,
     Seed,
     Temperature,
@@ -53,9 +54,7 @@ def generate_command(
         ),
     ] = DEFAULT_DRAFT,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
-    k: Annotated[
-        int, typer.Option("--k", min=1, help="Tokens drafted per step (auto: the most).")
-    ] = 4,
+    k: EngineK = None,
     policy: Annotated[
         str,
         typer.Option(
@@ -140,7 +139,7 @@ def generate_command(
         "target": target,
         "draft": None if no_draft else draft,
         "draft_loaded": engine.draft is not None,
-        "k": k,
+        "k": engine.k,
         "policy": policy,
         "tree": tree,
         "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p},

@@ -117,6 +117,18 @@ MAX_TABLE_ENTRIES = 2**24
 MAX_TREE_NODES = 1024
 MAX_TREE_WIDTH = 32
 
+#: ``--k`` of the real-model commands: the most tokens a step drafts; None follows the build.
+EngineK = Annotated[
+    int | None,
+    typer.Option(
+        "--k",
+        min=1,
+        max=MAX_K,
+        help="The most tokens drafted a step (default: 4; under the auto policy 16 with the "
+        "exact-rows kernels, see build-kernels).",
+    ),
+]
+
 
 def check_sizes(
     k: int, vocab: int, order: int, tree: str | None = None, k_max: int | None = None

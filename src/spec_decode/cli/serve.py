@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
-from spec_decode.cli.options import Threads
+from spec_decode.cli.options import EngineK, Threads
 
 console = Console(stderr=True)
 
@@ -44,7 +44,7 @@ def serve_command(
     ] = DEFAULT_DRAFT,
     backend: Annotated[str, typer.Option(help="auto, llama.cpp or transformers.")] = "auto",
     threads: Threads = None,
-    k: Annotated[int, typer.Option("--k", min=1, help="The most tokens drafted a step.")] = 4,
+    k: EngineK = None,
     max_queue: Annotated[
         int, typer.Option(min=0, help="Requests that may wait beyond the running one (429 after).")
     ] = 16,

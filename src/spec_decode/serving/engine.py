@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec_decode.backends.calibration import (
+    MAX_BLOCK,
     cached_draft_seconds,
     cost_curve,
     identity,
@@ -73,6 +74,9 @@ FINISH_REASONS = ("stop", "length", "cancelled")
 #: ``draft`` values that load no draft model: prompt lookup, and target-only decoding.
 LOOKUP, NO_DRAFT = "lookup", "none"
 
+#: The most tokens a step drafts by default (the auto policy may draft more: :func:`default_k`).
+DEFAULT_K = 4
+
 #: Called after every step with the tokens it emitted and the text that became final.
 StepCallback = Callable[[list[int], str], None]
 
@@ -85,6 +89,7 @@ class EngineConfig:
     ``draft`` may also be ``"lookup"`` (prompt lookup, no draft model) or ``"none"``
     (target-only). ``policy`` is ``"auto"`` (drafter and k from the cost curve; ``k`` is the
     most it drafts) or a k policy name; ``tree`` drafts token trees of that shape instead.
+    ``k`` None follows the target's build (:func:`default_k`).
     ``shared_history`` gives the auto policy's suffix drafter the finished requests;
     ``reuse_cache`` lets a request reuse the KV cache the previous one left.
     """
@@ -93,7 +98,7 @@ class EngineConfig:
     draft: str = DEFAULT_DRAFT
     backend: str = "auto"
     policy: str = "auto"
-    k: int = 4
+    k: int | None = None
     tree: TreeShape | None = None
     confidence: float = 0.0
     threads: int | None = None
@@ -109,7 +114,7 @@ class EngineConfig:
             raise ValueError(
                 f"unknown policy {self.policy!r}; choose auto, {', '.join(POLICY_NAMES)}"
             )
-        if self.k < 1:
+        if self.k is not None and self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if not 0 <= self.confidence <= 1:
             raise ValueError(f"confidence must lie in [0, 1], got {self.confidence}")
@@ -199,13 +204,16 @@ class _Halt(Exception):
 class Engine:
     """A loaded target (and draft) with its cost curve, shared history and warm KV caches.
 
-    Build it with :meth:`load`. Generations run one at a time: a lock serialises callers.
+    Build it with :meth:`load`. ``k`` is the most tokens a step drafts: ``config.k``, or
+    :func:`default_k` for the loaded target. Generations run one at a time: a lock serialises
+    callers.
     """
 
     config: EngineConfig
     target: Loaded
     draft: Loaded | None
     costs: CostCurve | None
+    k: int
     history: SuffixHistory = field(default_factory=SuffixHistory)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -217,9 +225,10 @@ class Engine:
         backend = config.checked_backend()
         target = config.load(backend, config.target, config.target_weights)
         costs = cost_curve(backend, target.model) if config.uses_auto else None
+        k = config.k or default_k(target.model, config.uses_auto)
         wants_model = config.draft not in (LOOKUP, NO_DRAFT)
         if wants_model and costs is not None:
-            wants_model = draft_may_pay(backend, config.draft, config.threads, costs, config.k)
+            wants_model = draft_may_pay(backend, config.draft, config.threads, costs, k)
         draft = None
         if wants_model:
             draft = config.load(backend, config.draft, config.draft_weights)
@@ -227,7 +236,7 @@ class Engine:
             if costs is not None:
                 seconds = pass_seconds(backend, draft.model, max_block=1)[0][0]
                 costs = dataclasses.replace(costs, draft_seconds=seconds)
-        return cls(config, target, draft, costs)
+        return cls(config, target, draft, costs, k)
 
     @property
     def backend(self) -> str:
@@ -371,7 +380,7 @@ class Engine:
             assert self.costs is not None  # loaded with the curve
             model = choice.model_drafter(draft, sampling, config.confidence) if draft else None
             shared = self.history if history and config.shared_history else None
-            planner = auto_planner(self.costs, target.vocab_size, model, config.k, shared)
+            planner = auto_planner(self.costs, target.vocab_size, model, self.k, shared)
             return auto_step(target, planner, sampling, choice.chain)
         if config.tree is not None:
             drafter = choice.tree_drafter(draft, sampling)
@@ -380,7 +389,7 @@ class Engine:
             chain = PromptLookupDrafter(target.vocab_size)
         else:
             chain = choice.model_drafter(draft, sampling, config.confidence)
-        policy = policy_by_name(config.policy, config.k)
+        policy = policy_by_name(config.policy, self.k)
         return chain_step(target, chain, policy, choice.chain, sampling)
 
 
@@ -404,6 +413,17 @@ def _halting(step: StepFunction, reason: Callable[[], str | None]) -> StepFuncti
         return step(context, remaining, trace, source)
 
     return halting
+
+
+def default_k(target: Any, auto: bool) -> int:
+    """The most tokens a step drafts when not told: :data:`DEFAULT_K`, except under the auto
+    policy on a target whose blocks score exactly beyond that (llama.cpp's exact-rows build):
+    as many as the calibrated cost curve covers, since auto then only drafts that far where
+    the curve says it pays."""
+    exact = getattr(target, "exact_block_size", 1)
+    if auto and exact > DEFAULT_K + 1:
+        return min(exact, MAX_BLOCK) - 1
+    return DEFAULT_K
 
 
 def draft_may_pay(

@@ -31,7 +31,10 @@ which :func:`build_features` reads back from ``llama_print_system_info()``:
 * ``LLAMAFILE`` off, ``REPACK`` on (``CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"``): blocks of 2-3 tokens
   are bitwise equal, one-token speed unchanged; the repacked Q4 kernels handle rows in groups of
   four, so blocks of 4 or more may differ;
-* ``LLAMAFILE`` on (the default wheel): no block size is guaranteed equal.
+* ``LLAMAFILE`` on (the default wheel): no block size is guaranteed equal;
+* the exact-rows build (``spec-decode build-kernels``, loaded once built: see
+  :mod:`~spec_decode.backends.llamacpp.library`): blocks of up to 64 tokens are bitwise equal;
+  the library says so itself (``spec_decode_exact_rows()``).
 
 :attr:`LlamaCppModel.exact_block_size` states that bound for the loaded library. Beyond it the
 rows differ by kernel rounding carried through every layer, which is not small (BENCHMARKS.md,
@@ -42,8 +45,8 @@ therefore reproduces target-only decoding bitwise when every target pass feeds a
 each step is still exact for the rows the target pass returned, but those rows are not the
 one-token rows, so the output can differ from target-only decoding by about that much per token.
 (Repacking applies only to the weight formats it supports, such as Q4_0, Q4_K and IQ4_NL; float32
-weights always take the plain path.) The price of turning llamafile off is block speed
-(BENCHMARKS.md).
+weights always take the plain path.) The price of turning llamafile off on a stock build is
+block speed (BENCHMARKS.md).
 
 Tree scoring: :meth:`LlamaCppModel.score_tree` feeds all nodes of a token tree in ONE
 ``llama_decode``. Each root-to-leaf path is its own sequence id (1, 2, ...) sharing the cached
@@ -56,9 +59,25 @@ cache holds the prefix alone.
 Pinned and tested with llama-cpp-python 0.3.36.
 """
 
-from spec_decode.backends.llamacpp.kernels import build_features, exact_block_size, probabilities
-from spec_decode.backends.llamacpp.model import LlamaCppModel, default_threads, load_model
-from spec_decode.backends.llamacpp.tokenizer import LlamaCppTokenizer, check_pair, load_tokenizer
+from spec_decode.backends.llamacpp.library import choose_libraries
+
+choose_libraries()  # before anything imports llama_cpp, which loads its libraries once
+
+from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
+    build_features,
+    exact_block_size,
+    probabilities,
+)
+from spec_decode.backends.llamacpp.model import (  # noqa: E402
+    LlamaCppModel,
+    default_threads,
+    load_model,
+)
+from spec_decode.backends.llamacpp.tokenizer import (  # noqa: E402
+    LlamaCppTokenizer,
+    check_pair,
+    load_tokenizer,
+)
 
 __all__ = [
     "LlamaCppModel",
