@@ -1,9 +1,9 @@
 """Cost curves of several llama.cpp builds, interleaved: one-token passes vs blocks of B tokens.
 
-Runs ``bench/kernels_cost.py`` once per build per round, alternating builds (in reverse order every
-other round), so that machine load hits each alike; writes every round's medians and a summary (per build and block: the median over
-rounds of the per-round medians, and of the per-round ratio to that round's one-token pass) to
-``--out``.
+Runs ``bench/kernels_cost.py`` once per build per round, alternating builds (in reverse order
+every other round), so that machine load hits each alike; writes every round's medians and a
+summary (per build and block: the median over rounds of the per-round medians, and of the
+per-round ratio to that round's one-token pass) to ``--out``.
 
     python bench/kernels_compare.py --build stock= --build patched=$HOME/.cache/.../lib \\
         --rounds 3 --out bench/results/kernels_cost.json

@@ -34,6 +34,12 @@ def main() -> None:
         default="wall",
         help="cpu: process CPU time (meaningful with --threads 1 on a loaded machine)",
     )
+    ap.add_argument(
+        "--flash-attn",
+        choices=("off", "on"),
+        default="off",
+        help="on: llama.cpp's flash attention (llama-server's default resolves to it on CPU)",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     llama_cpp.llama_backend_init()
@@ -44,7 +50,11 @@ def main() -> None:
     cp.n_ctx = cp.n_batch = max(512, args.context + max(blocks))
     cp.n_ubatch = 512  # llama.cpp's micro-batch, as the backend pins it
     cp.n_threads = cp.n_threads_batch = args.threads
-    cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if args.flash_attn == "on"
+        else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     cp.no_perf = True
     ctx = llama_cpp.llama_init_from_model(model, cp)
     mem = llama_cpp.llama_get_memory(ctx)
@@ -96,6 +106,7 @@ def main() -> None:
                     "all_cpu_s": cpu,
                     "context": args.context,
                     "threads": args.threads,
+                    "flash_attn": args.flash_attn,
                 },
                 f,
                 indent=1,

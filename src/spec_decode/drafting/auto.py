@@ -195,10 +195,11 @@ def auto_planner(
     drafting at most ``k_max`` tokens a step. Lookup and suffix match at least 2 tokens: a
     one-token match is right too rarely to pay (see
     :class:`~spec_decode.drafting.suffix.SuffixDrafter`)."""
+    longest = max(1, min(k_max, 16))  # what the calibrated cost curve covers
     drafters: dict[str, Drafter] = {
-        "lookup": PromptLookupDrafter(vocab_size, min_ngram=2),
+        "lookup": PromptLookupDrafter(vocab_size, min_ngram=2, max_tokens=longest),
         "suffix": SuffixDrafter(
-            vocab_size, max_match=8, max_tokens=max(1, min(k_max, 16)), min_match=2, history=history
+            vocab_size, max_match=8, max_tokens=longest, min_match=2, history=history
         ),
     }
     if model_drafter is not None:

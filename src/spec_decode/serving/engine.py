@@ -386,7 +386,7 @@ class Engine:
             drafter = choice.tree_drafter(draft, sampling)
             return tree_step(target, drafter, config.tree, choice.tree, sampling)
         if draft is None:
-            chain = PromptLookupDrafter(target.vocab_size)
+            chain = PromptLookupDrafter(target.vocab_size, max_tokens=self.k)  # k, not its 10
         else:
             chain = choice.model_drafter(draft, sampling, config.confidence)
         policy = policy_by_name(config.policy, self.k)
