@@ -13,6 +13,8 @@ import warnings
 import llama_cpp
 import numpy as np
 
+from spec_decode.backends.llamacpp.library import CHOICE_ENV
+
 #: Blocks no longer than this are bitwise equal to one-token scoring, by build (see above).
 _EXACT_BLOCKS = {(False, False): 7, (False, True): 3}
 #: Calls of at least this many rows compute each whole tile of that many rows from the call's
@@ -64,10 +66,11 @@ def kernels_status() -> str:
     if rows:
         return f"exact-rows llama.cpp build ({where}): blocks of up to {rows} tokens exact"
     size = exact_block_size()
-    return (
-        f"stock llama.cpp build ({where}): blocks of up to {size} tokens exact; "
-        "`spec-decode build-kernels` builds the exact-rows kernels"
-    )
+    if os.environ.get(CHOICE_ENV, "").lower() == "stock":
+        hint = f"{CHOICE_ENV}=stock chose it"
+    else:
+        hint = "`spec-decode build-kernels` builds the exact-rows kernels"
+    return f"stock llama.cpp build ({where}): blocks of up to {size} tokens exact; {hint}"
 
 
 def build_identity() -> str:
