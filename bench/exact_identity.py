@@ -104,7 +104,7 @@ def main() -> None:
         f"# Exact blocks on the packaged target ({status})",
         "",
         f"{len(rows)} public prompts, {args.tokens} tokens, {args.threads} threads, caches "
-        "cold every run; the coupled rule, seed 3 for T = 0.7.",
+        f"cold every run; the coupled rule, seed {SEED} for T = 0.7.",
         "",
         "| variant | identical to target-only | target passes (all prompts) | tokens / pass |",
         "|---|---|---|---|",

@@ -52,8 +52,6 @@ def main() -> None:
             env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
             if lib:
                 env["LLAMA_CPP_LIB_PATH"] = lib
-            else:
-                env["SPEC_DECODE_KERNELS"] = "stock"
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 started = time.time()
                 subprocess.run(

@@ -31,6 +31,7 @@ gguf = pytest.importorskip("gguf")
 from tiny_gguf import close_writer, llama_writer  # noqa: E402
 
 from spec_decode import SamplingParams, generate_autoregressive  # noqa: E402
+from spec_decode.backends.llamacpp import LlamaCppModel  # noqa: E402
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches  # noqa: E402
 from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
     exact_block_size,
@@ -207,8 +208,6 @@ def test_the_check_fails_on_the_stock_build(kquant_gguf):
 def self_drafted(kquant_gguf):
     """The K-quant target and, as its draft, a second copy of the same model: every greedy or
     coupled draft is the target's own choice, so every pass scores k + 1 tokens in one call."""
-    from spec_decode.backends.llamacpp import LlamaCppModel
-
     return tuple(LlamaCppModel(kquant_gguf, n_threads=2, n_ctx=256) for _ in range(2))
 
 

@@ -27,14 +27,18 @@ REPORT = (
 )
 
 
+def own_libraries() -> Path:
+    """llama-cpp-python's own library folder (found without importing it)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / "lib"
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """A kernels folder as ``build-kernels`` leaves it."""
-    spec = importlib.util.find_spec("llama_cpp")
-    assert spec is not None and spec.origin is not None
-    own = Path(spec.origin).parent / "lib"
     folder = tmp_path_factory.mktemp("kernels")
-    shutil.copytree(own, folder / "lib", symlinks=True)
+    shutil.copytree(own_libraries(), folder / "lib", symlinks=True)
     (folder / "lib" / "build-info.json").write_text(json.dumps({"exact_rows": 64}))
     return folder
 
@@ -65,10 +69,8 @@ def test_stock_keeps_llama_cpp_pythons_own_libraries(built):
     assert loaded(env) == "None"
 
 
-def test_the_users_library_path_wins(built, tmp_path):
-    spec = importlib.util.find_spec("llama_cpp")
-    assert spec is not None and spec.origin is not None
-    own = str(Path(spec.origin).parent / "lib")
+def test_the_users_library_path_wins(built):
+    own = str(own_libraries())
     env = {"SPEC_DECODE_KERNELS_DIR": str(built), "LLAMA_CPP_LIB_PATH": own}
     assert loaded(env) == own
 

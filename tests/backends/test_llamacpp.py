@@ -112,7 +112,7 @@ def test_build_features_are_read_at_run_time(target):
     features = build_features()
     assert features, "llama_print_system_info() reported no features"
     assert target.exact_block_size == exact_block_size() in (1, 3, 7, 64)  # 64: exact-rows build
-    if "LLAMAFILE" in features and exact_block_size() != 64:  # stock llamafile: no exact block
+    if "LLAMAFILE" in features:
         assert exact_block_size() == 1
 
 
