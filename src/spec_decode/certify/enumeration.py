@@ -93,8 +93,11 @@ class EnumeratingSource:
 
     def _check_replay(self, depth: int, point: ChoicePoint) -> None:
         values, probs = self.recorded[depth]
-        same = values == point[0] and all(
-            abs(a - b) <= self.replay_tolerance for a, b in zip(probs, point[1], strict=True)
+        same = values == point[0] and (
+            probs == point[1]  # the usual case, compared at C speed
+            or all(
+                abs(a - b) <= self.replay_tolerance for a, b in zip(probs, point[1], strict=True)
+            )
         )
         if not same:
             first = _show((values, probs))
@@ -113,7 +116,8 @@ class EnumeratingSource:
         support = np.flatnonzero(probs > 0)
         if support.size == 0:
             raise ValueError("categorical: probabilities have no positive mass")
-        weights = probs[support] / probs[support].sum()
+        mass = probs[support]
+        weights = (mass / mass.sum()).tolist()
         return int(self._choose(list(zip(support.tolist(), weights, strict=True))))
 
     def uniform(self) -> LazyUniform:  # type: ignore[override]

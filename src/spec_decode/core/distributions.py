@@ -24,7 +24,7 @@ def check_distributions(
             f"size {vocab_size}"
         )
     sums = array.sum(axis=-1)
-    if array.min(initial=0.0) >= 0 and np.all(np.abs(sums - 1.0) <= NORMALISATION_TOLERANCE):
+    if array.min(initial=0.0) >= 0 and (np.abs(sums - 1.0) <= NORMALISATION_TOLERANCE).all():
         return array  # the common case, in two reductions; below, say what is wrong
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains NaN or infinite entries")

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spec_decode.core.distributions import check_distributions
-from spec_decode.core.noise import PositionalSource, choice_stable
+from spec_decode.core.noise import choice_stable, is_positional
 from spec_decode.core.sampling import SamplingParams
 
 
@@ -54,7 +54,7 @@ def settle_rows(
     not positional.
     """
     tolerance = settling_tolerance(target)
-    if tolerance is None or not isinstance(source, PositionalSource) or sampling.greedy:
+    if tolerance is None or not is_positional(source) or sampling.greedy:
         return rows
     settled = rows
     for i, path in enumerate(paths):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -77,28 +77,36 @@ class PositionalSource(RandomSource, Protocol):
         ...
 
 
+def is_positional(source: object) -> bool:
+    """Whether ``source`` gives positional noise (has ``noise`` and ``at``).
+
+    What ``isinstance(source, PositionalSource)`` decides, without its cost: Python 3.11 walks
+    the protocol's members on every such check, and the generation loop asks at every step."""
+    return callable(getattr(source, "noise", None)) and callable(getattr(source, "at", None))
+
+
 def positioned(source: RandomSource, start: int) -> RandomSource:
     """``source`` with offsets counted from absolute position ``start``; any other source as is."""
-    return source.at(start) if isinstance(source, PositionalSource) else source
+    return source.at(start) if is_positional(source) else source  # type: ignore[attr-defined]
 
 
 def sample_row(source: RandomSource, probs: np.ndarray) -> int:
     """One token from ``probs`` at the step's first position: with that position's noise when
     ``source`` is positional (target-only decoding under the coupled rule), else a categorical
     draw."""
-    if isinstance(source, PositionalSource):
-        return source.noise(0).choose(probs)
+    if is_positional(source):
+        return source.noise(0).choose(probs)  # type: ignore[attr-defined]
     return source.categorical(probs)
 
 
 def require_positional(source: RandomSource) -> PositionalSource:
     """``source`` itself, checked to give positional noise."""
-    if not isinstance(source, PositionalSource):
+    if not is_positional(source):
         raise TypeError(
             "the coupled rule needs positional noise: pass rng=positional_source(seed) "
             f"(spec_decode.core.noise), not a {type(source).__name__}"
         )
-    return source
+    return cast(PositionalSource, source)
 
 
 def positional_source(
@@ -111,8 +119,8 @@ def positional_source(
     as it is; any other source (the certificates' enumerating source) gives
     :class:`StreamNoise`, inverse CDF on its uniforms.
     """
-    if isinstance(rng, PositionalSource):
-        return rng
+    if is_positional(rng):
+        return rng  # type: ignore[return-value]
     if isinstance(rng, NumpySource):
         rng = rng.generator
     if isinstance(rng, np.random.Generator):

@@ -57,6 +57,11 @@ class NumpySource:
         :data:`CATEGORICAL_BLOCK` entries, then inside its block. Two short cumulative sums
         instead of one over the whole row: a cumulative sum is sequential, a block sum is not."""
         probs = np.asarray(probs, dtype=np.float64)
+        if probs.size < CATEGORICAL_BLOCK:  # one partial block: the same draw, in one level
+            total = probs.sum()
+            if not total > 0:
+                raise ValueError("categorical: probabilities have no positive mass")
+            return _first_above(np.cumsum(probs), self.generator.random() * total, probs)
         whole = probs.size - probs.size % CATEGORICAL_BLOCK  # entries in whole blocks
         sums = probs[:whole].reshape(-1, CATEGORICAL_BLOCK).sum(axis=1)
         cumulative = np.cumsum(np.append(sums, probs[whole:].sum()))
@@ -66,21 +71,21 @@ class NumpySource:
         point = self.generator.random() * total
         # side="right" never lands on a block or an entry of zero mass; only rounding can run off
         # the end, and then the last block (or entry) with positive mass is meant.
-        block = _first_above(cumulative, point, cumulative > 0)
+        block = _first_above(cumulative, point, cumulative)
         start = block * CATEGORICAL_BLOCK
         entries = probs[start : start + CATEGORICAL_BLOCK]
         offset = point - (cumulative[block - 1] if block else 0.0)
-        return start + _first_above(np.cumsum(entries), offset, entries > 0)
+        return start + _first_above(np.cumsum(entries), offset, entries)
 
     def uniform(self) -> float:
         return float(self.generator.random())
 
 
-def _first_above(cumulative: np.ndarray, point: float, positive: np.ndarray) -> int:
-    """The first index whose cumulative sum exceeds ``point``, or else the last ``positive`` one
-    (the point can reach the total only by rounding)."""
+def _first_above(cumulative: np.ndarray, point: float, masses: np.ndarray) -> int:
+    """The first index whose cumulative sum exceeds ``point``, or else the last one of positive
+    ``masses`` (the point can reach the total only by rounding)."""
     index = int(np.searchsorted(cumulative, point, side="right"))
-    return index if index < len(cumulative) else int(np.flatnonzero(positive)[-1])
+    return index if index < len(cumulative) else int(np.flatnonzero(masses > 0)[-1])
 
 
 #: Seeds are taken modulo this: numpy's ``SeedSequence`` mixes its entropy into a 128-bit pool.
