@@ -155,7 +155,7 @@ def planned_step(
             paths = [drafted[:i] for i in range(len(drafted) + 1)]
             raw_p, target_s = _settled(target, sampling, raw_p, source, context, paths, target_s)
         if not drafted:  # warp the one row only: half the cost of warping a (1, V) block
-            token = sample_row(source, sampling.warp(raw_p[0]))
+            token = sample_row(source, sampling, raw_p[0])
             return Step([token], target_seconds=target_s, proposals=proposals)
         verdict = check_verdict(
             rule(sampling.warp(raw_p), q, drafted, source),
@@ -263,7 +263,7 @@ def target_step(target: Model, sampling: SamplingParams) -> StepFunction:
             target.next_dist(context), target.vocab_size, "target distribution"
         )
         scored_at = time.perf_counter()
-        token = sample_row(source, sampling.warp(raw_p))
+        token = sample_row(source, sampling, raw_p)
         return Step([token], target_seconds=scored_at - start)
 
     return step

@@ -90,10 +90,17 @@ def positioned(source: RandomSource, start: int) -> RandomSource:
     return source.at(start) if is_positional(source) else source  # type: ignore[attr-defined]
 
 
-def sample_row(source: RandomSource, probs: np.ndarray) -> int:
-    """One token from ``probs`` at the step's first position: with that position's noise when
-    ``source`` is positional (target-only decoding under the coupled rule), else a categorical
-    draw."""
+def sample_row(source: RandomSource, sampling: SamplingParams, raw: np.ndarray) -> int:
+    """One token from the row ``raw`` warped by ``sampling``, at the step's first position: with
+    that position's noise when ``source`` is positional (target-only decoding under the coupled
+    rule), else a categorical draw.
+
+    Greedy rows need neither: every sampler draws a one-hot row's one token, the argmax (the
+    lowest id among ties, as the warp picks it), so it is returned without building the one-hot
+    row or drawing noise over the vocabulary (about a millisecond a token on 151,936 entries)."""
+    if sampling.greedy:
+        return int(np.argmax(raw))
+    probs = sampling.warp(raw)
     if is_positional(source):
         return source.noise(0).choose(probs)  # type: ignore[attr-defined]
     return source.categorical(probs)
