@@ -38,8 +38,8 @@ CATEGORICAL_BLOCK = 1024
 class NumpySource:
     """A :class:`RandomSource` backed by a ``numpy.random.Generator``.
 
-    Certain outcomes (``bernoulli(1)``, a one-hot ``categorical``) consume no random numbers, so
-    a deterministic drafter leaves the stream untouched.
+    A certain ``bernoulli`` (probability 0 or 1) consumes no random number; ``categorical``
+    draws one uniform per call, a one-hot row included.
     """
 
     def __init__(self, generator: np.random.Generator) -> None:
