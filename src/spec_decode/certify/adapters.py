@@ -54,12 +54,25 @@ def as_tokens(result: Any) -> Any:
     return result
 
 
-class AuditedRule:
-    """The audited chain rule as the generator calls it (see the module docstring)."""
+class _AuditedCall:
+    """What both rule adapters share: the audited rule with the case's controls bound, and the
+    last call's inputs, kept for a crash report and turned into text only when one asks."""
 
     def __init__(self, rule: Callable[..., Any], sampling: SamplingParams) -> None:
         self.rule = functools.partial(rule, sampling=sampling) if accepts_sampling(rule) else rule
         self._inputs: dict[str, Any] = {}
+
+    @property
+    def last_inputs(self) -> str | None:
+        """``name=value, ...`` of the last call, arrays on one line to 4 digits (None before the
+        first call)."""
+        if not self._inputs:
+            return None
+        return ", ".join(f"{name}={_text(value)}" for name, value in self._inputs.items())
+
+
+class AuditedRule(_AuditedCall):
+    """The audited chain rule as the generator calls it (see the module docstring)."""
 
     def __call__(
         self, p: np.ndarray, q: np.ndarray, draft_tokens: Sequence[int], rng: RandomSource
@@ -69,34 +82,13 @@ class AuditedRule:
         self._inputs = {"p": np.array(p), "q": np.array(q), "drafts": list(draft_tokens)}
         return as_tokens(self.rule(p, q, draft_tokens, rng))
 
-    @property
-    def last_inputs(self) -> str | None:
-        """The last call's inputs as text (None before the first call)."""
-        return _described(self._inputs)
 
-
-class AuditedTreeRule:
+class AuditedTreeRule(_AuditedCall):
     """The audited tree rule as the generator calls it: controls bound, output converted."""
-
-    def __init__(self, rule: Callable[..., Any], sampling: SamplingParams) -> None:
-        self.rule = functools.partial(rule, sampling=sampling) if accepts_sampling(rule) else rule
-        self._inputs: dict[str, Any] = {}
 
     def __call__(self, p: np.ndarray, tree: Any, rng: RandomSource) -> list[int]:
         self._inputs = {"p": np.array(p), "tree tokens": list(tree.tokens)}
         return as_tokens(self.rule(p, tree, rng))
-
-    @property
-    def last_inputs(self) -> str | None:
-        """The last call's inputs as text (None before the first call)."""
-        return _described(self._inputs)
-
-
-def _described(inputs: dict[str, Any]) -> str | None:
-    """``name=value, ...`` with arrays printed on one line to 4 digits; None for no inputs."""
-    if not inputs:
-        return None
-    return ", ".join(f"{name}={_text(value)}" for name, value in inputs.items())
 
 
 def _text(value: Any) -> str:

@@ -127,7 +127,7 @@ def positional_source(
     :class:`StreamNoise`, inverse CDF on its uniforms.
     """
     if is_positional(rng):
-        return rng  # type: ignore[return-value]
+        return cast(PositionalSource, rng)
     if isinstance(rng, NumpySource):
         rng = rng.generator
     if isinstance(rng, np.random.Generator):
@@ -326,11 +326,11 @@ class UniformNoise:
         probs = _positive_mass(probs)
         cumulative = np.cumsum(_block_sums(probs))
         point = self.u * float(cumulative[-1])
-        block = _first_above(cumulative, point, cumulative > 0)
+        block = _first_above(cumulative, point, cumulative)
         start = block * NOISE_BLOCK
         entries = probs[start : start + NOISE_BLOCK]
         offset = point - (float(cumulative[block - 1]) if block else 0.0)
-        return start + _first_above(np.cumsum(entries), offset, entries > 0)
+        return start + _first_above(np.cumsum(entries), offset, entries)
 
     def is_stable(
         self,
@@ -436,8 +436,8 @@ def _best(keys: np.ndarray, m: int) -> list[int]:
     return [int(i) for i in finite[np.argsort(keys[finite], kind="stable")]]
 
 
-def _first_above(cumulative: Sequence[float], point: object, positive: np.ndarray) -> int:
+def _first_above(cumulative: Sequence[float], point: object, masses: np.ndarray) -> int:
     """The first index whose cumulative sum exceeds ``point`` (found by comparisons only), or
-    else the last ``positive`` one (the point reaches the total only by rounding)."""
+    else the last one of positive ``masses`` (the point reaches the total only by rounding)."""
     index = bisect.bisect_right(cumulative, point)  # type: ignore[call-overload]
-    return index if index < len(cumulative) else int(np.flatnonzero(positive)[-1])
+    return index if index < len(cumulative) else int(np.flatnonzero(masses > 0)[-1])
