@@ -7,11 +7,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from spec_decode.backends.cores import available_cores
 from spec_decode.certify.closed_form import certify_closed_form
 from spec_decode.cli.app import app
 from spec_decode.cli.options import (
     Threads,
-    available_cores,
     check_threads,
     check_tree_shape,
     prompt_text,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from spec_decode.backends.cores import available_cores
 from spec_decode.core.checks import MAX_TOKENS
 from spec_decode.core.randomness import fold_seed
 from spec_decode.core.sampling import SamplingParams
@@ -191,14 +191,6 @@ def check_sweep(k: int, vocab: int, tokens: int, runs_per_k: int) -> None:
             f"{total:,} tokens, above the limit of {MAX_TOKENS:,}; lower --k or --tokens",
             param_hint="--tokens",
         )
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which containers and taskset set),
-    not the machine's count."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def check_threads(threads: int | None) -> int | None:

@@ -45,6 +45,7 @@ from spec_decode.backends.calibration import (
     identity,
     pass_seconds,
 )
+from spec_decode.backends.cores import available_cores
 from spec_decode.backends.loading import (
     Loaded,
     check_pair,
@@ -435,8 +436,6 @@ def draft_may_pay(
     and cached, so the next run knows)."""
     if backend != "llama.cpp":
         return True
-    from spec_decode.backends.llamacpp import default_threads
-
-    key = identity("llama.cpp", resolve_gguf(draft), threads or default_threads())
+    key = identity("llama.cpp", resolve_gguf(draft), threads or available_cores())
     seconds = cached_draft_seconds(key, costs)
     return seconds is None or draft_model_can_pay(costs, seconds, k_max)

@@ -70,7 +70,6 @@ from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
 )
 from spec_decode.backends.llamacpp.model import (  # noqa: E402
     LlamaCppModel,
-    default_threads,
     load_model,
 )
 from spec_decode.backends.llamacpp.tokenizer import (  # noqa: E402
@@ -84,7 +83,6 @@ __all__ = [
     "LlamaCppTokenizer",
     "build_features",
     "check_pair",
-    "default_threads",
     "exact_block_size",
     "load_model",
     "load_tokenizer",

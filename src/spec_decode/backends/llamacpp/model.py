@@ -3,7 +3,6 @@ package docstring for the cache, block and tree design)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from spec_decode.backends.cores import available_cores
 from spec_decode.backends.llamacpp.kernels import (
     MICRO_BATCH,
     exact_block_size,
@@ -77,7 +77,7 @@ class LlamaCppModel(PrefixCachedModel):
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         trained = int(llama_cpp.llama_model_n_ctx_train(self._model))
         self.context_window = int(n_ctx or min(trained, DEFAULT_MAX_CTX))
-        self.n_threads = int(n_threads or default_threads())
+        self.n_threads = int(n_threads or available_cores())
         self.max_tree_leaves = int(max_tree_leaves)
         self._ctx = self._new_context()
         self._memory = llama_cpp.llama_get_memory(self._ctx)
@@ -304,11 +304,6 @@ def _path_sequences(parents: Sequence[int]) -> tuple[list[tuple[int, ...]], list
             seqs[node].add(seq)
             node = parents[node]
     return [tuple(sorted(s)) for s in seqs], depths
-
-
-def default_threads() -> int:
-    """The threads a model uses unless told otherwise: every core this process may run on."""
-    return len(os.sched_getaffinity(0))
 
 
 def load_model(
