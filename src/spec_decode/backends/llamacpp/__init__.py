@@ -33,8 +33,9 @@ which :func:`build_features` reads back from ``llama_print_system_info()``:
   four, so blocks of 4 or more may differ;
 * ``LLAMAFILE`` on (the default wheel): no block size is guaranteed equal;
 * the exact-rows build (``spec-decode build-kernels``, loaded once built: see
-  :mod:`~spec_decode.backends.llamacpp.library`): blocks of up to 64 tokens are bitwise equal;
-  the library says so itself (``spec_decode_exact_rows()``).
+  :mod:`~spec_decode.backends.llamacpp.library`; llamafile on, its tinyBLAS taking f16 at every
+  row count): blocks of up to 64 tokens are bitwise equal; the library says so itself
+  (``spec_decode_exact_rows()``).
 
 :attr:`LlamaCppModel.exact_block_size` states that bound for the loaded library. Beyond it the
 rows differ by kernel rounding carried through every layer, which is not small (BENCHMARKS.md,

@@ -10,6 +10,10 @@ kernels_findings.md``):
 - Q6_K weights: batches of 8+ rows take the tiled kernel (one integer per super-block, scaled
   in a fixed order), fewer rows ``ggml_vec_dot_q6_K_q8_K`` (eight float lanes summed at the end);
   the vec_dot now computes what the tiled kernel computes.
+- Attention's f16 matmuls (K·Q, V·softmax): llamafile's tinyBLAS, batch-invariant itself, took
+  them for 2+ rows and ggml's vec path for one, which sums in another order; tinyBLAS now takes
+  f16 x f16 at every row count (one row split statically, without its barriers) and no other
+  type, so blocks run attention as fast as the default build's batches and stay exact.
 
 Everything else on this model's graph (norms, RoPE, attention without flash attention, softmax,
 the activation quantization) is already row-independent.
@@ -52,7 +56,7 @@ CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=ON",
     "-DGGML_NATIVE=ON",
-    "-DGGML_LLAMAFILE=OFF",  # llamafile's sgemm: batch kernels the patch leaves alone
+    "-DGGML_LLAMAFILE=ON",  # tinyBLAS for f16 at every row count (the patch's third hunk)
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_BUILD_COMMON=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
