@@ -1,5 +1,5 @@
-"""The CPU cores this process may run on: a backend's default thread count and the most
-threads the CLI accepts."""
+"""The CPU cores this process may run on: the llama.cpp model's default thread count and the
+most threads the CLI accepts."""
 
 from __future__ import annotations
 
