@@ -18,6 +18,7 @@ import time
 
 import llama_cpp
 import numpy as np
+from _raw_llama import decode_rows
 
 
 def main() -> None:
@@ -63,14 +64,7 @@ def main() -> None:
     toks = rng.integers(100, 30000, size=args.context + max(blocks)).tolist()
 
     def decode(ts, pos0):
-        batch.n_tokens = len(ts)
-        for i, t in enumerate(ts):
-            batch.token[i] = t
-            batch.pos[i] = pos0 + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = True
-        assert llama_cpp.llama_decode(ctx, batch) == 0
+        decode_rows(ctx, batch, ts, pos0)
 
     decode(toks[: args.context], 0)
     times = {b: [] for b in blocks}

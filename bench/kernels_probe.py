@@ -22,6 +22,7 @@ import os
 
 import llama_cpp
 import numpy as np
+from _raw_llama import decode_rows
 
 
 class GgmlTensor(ctypes.Structure):  # ggml.h of the vendored llama.cpp (0c1e570)
@@ -200,14 +201,7 @@ def main() -> None:
     prompt = tokens[: args.prompt_len]
 
     def decode(toks, pos0):
-        batch.n_tokens = len(toks)
-        for i, tok in enumerate(toks):
-            batch.token[i] = tok
-            batch.pos[i] = pos0 + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = True
-        assert llama_cpp.llama_decode(ctx, batch) == 0
+        decode_rows(ctx, batch, toks, pos0)
 
     def fresh_prompt():
         llama_cpp.llama_memory_clear(mem, True)
