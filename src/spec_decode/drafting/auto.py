@@ -194,8 +194,9 @@ def auto_planner(
     earlier requests' sequences, when given), plus ``model_drafter`` (named "draft") when given,
     drafting at most ``k_max`` tokens a step. Lookup and suffix match at least 2 tokens: a
     one-token match is right too rarely to pay (see
-    :class:`~spec_decode.drafting.suffix.SuffixDrafter`)."""
-    longest = max(1, min(k_max, 16))  # what the calibrated cost curve covers
+    :class:`~spec_decode.drafting.suffix.SuffixDrafter`), and propose no further than the
+    longest pass ``costs`` measured: beyond it the cost is extrapolated, not known."""
+    longest = max(1, min(k_max, costs.sizes[-1] - 1))
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(vocab_size, min_ngram=2, max_tokens=longest),
         "suffix": SuffixDrafter(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 import numpy as np
@@ -34,6 +34,7 @@ class CostCurve:
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
     draft_seconds: float | None = None
+    _monotone: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         sizes, seconds = tuple(int(n) for n in self.sizes), tuple(float(s) for s in self.seconds)
@@ -51,6 +52,8 @@ class CostCurve:
         draft = self.draft_seconds
         if draft is not None and not (math.isfinite(draft) and draft >= 0):
             raise ValueError(f"draft_seconds must be finite and >= 0, got {draft}")
+        # computed once: the auto policy reads the curve for every candidate k of every step
+        object.__setattr__(self, "_monotone", _pooled(seconds))
 
     @classmethod
     def from_passes(cls, seconds: Sequence[float], draft_seconds: float | None = None) -> CostCurve:
@@ -72,19 +75,20 @@ class CostCurve:
             slope = (self.seconds[-1] - self.seconds[half]) / (last - self.sizes[half])
         return self._monotone[-1] + max(slope, 0.0) * (n_tokens - last)
 
-    @property
-    def _monotone(self) -> np.ndarray:
-        """The closest non-decreasing curve in least squares (pool adjacent violators): a spike
-        is averaged with its neighbours rather than lifting every longer pass to its height."""
-        blocks: list[list[float]] = []  # [sum, count] of each pooled run
-        for value in self.seconds:
-            blocks.append([value, 1])
-            while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
-                total, count = blocks.pop()
-                blocks[-1][0] += total
-                blocks[-1][1] += count
-        return np.concatenate([np.full(int(count), total / count) for total, count in blocks])
-
     def relative(self, n_tokens: int) -> float:
         """A pass over ``n_tokens`` tokens in units of a one-token pass."""
         return self.target(n_tokens) / self.target(1)
+
+
+def _pooled(seconds: Sequence[float]) -> np.ndarray:
+    """The closest non-decreasing sequence to ``seconds`` in least squares (pool adjacent
+    violators): a spike is averaged with its neighbours rather than lifting every longer pass
+    to its height."""
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run
+    for value in seconds:
+        blocks.append([value, 1])
+        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return np.concatenate([np.full(int(count), total / count) for total, count in blocks])
