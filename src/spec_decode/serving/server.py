@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -46,6 +47,8 @@ from spec_decode.serving.worker import Closed, Job, QueueFull, Worker
 
 #: The largest request body accepted, in bytes.
 MAX_BODY = 1 << 20
+#: The longest the engine waits, after a streamed step, for the event loop to send it.
+HANDOFF_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -157,12 +160,21 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         if body.stream:
             loop = asyncio.get_running_loop()
             pieces: asyncio.Queue[tuple[list[int], str] | None] = asyncio.Queue()
-            job.on_step = lambda tokens, text: loop.call_soon_threadsafe(
-                pieces.put_nowait, (tokens, text)
-            )
+            sent = threading.Event()
+
+            def on_step(tokens: list[int], text: str) -> None:
+                # Send each step before the next decode rather than during it: llama.cpp's
+                # threads spin at barriers, so on a machine with as many cores as threads the
+                # event loop's work, run while a decode runs, preempts one of them and stalls
+                # the rest. The wait is bounded: a busy loop delays a step, never stops it.
+                sent.clear()
+                loop.call_soon_threadsafe(pieces.put_nowait, (tokens, text))
+                sent.wait(HANDOFF_S)
+
+            job.on_step = on_step
             future = submit(job, path)
             future.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, None))
-            events = stream(job, future, pieces, head, kind, chat, body.return_token_ids, path)
+            events = stream(job, future, pieces, sent, head, kind, chat, body.return_token_ids)
             return EventSourceResponse(events, ping=15, shutdown_grace_period=settings.grace_s)
         future = submit(job, path)
         try:
@@ -222,18 +234,20 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         job: Job,
         future: Future[Completion],
         pieces: asyncio.Queue[tuple[list[int], str] | None],
+        sent: threading.Event,
         head: dict[str, Any],
         kind: str,
         chat: bool,
         token_ids: bool,
-        path: str,
     ) -> AsyncIterator[str]:
+        """The stream's events; ``sent`` is set once each step's event went out (or had none)."""
         kind = f"{kind}.chunk" if chat else kind
         first = True
         try:
             while (item := await pieces.get()) is not None:
                 tokens, text = item
                 if not text and not (token_ids and tokens):
+                    sent.set()
                     continue
                 if first:
                     metrics.first_token(job)
@@ -246,6 +260,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
                     choice["token_ids"] = tokens
                 first = False
                 yield json.dumps(head | {"object": kind, "choices": [choice]})
+                sent.set()  # the response resumes this generator once the event was sent
             failure = None
             if future.cancelled():  # dropped from the queue at shutdown
                 failure = APIError(503, "the server is shutting down", kind="server_error")
@@ -258,6 +273,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
             completion = future.result()
         except BaseException:  # the client went away (or the server is stopping): cancel
             job.cancel.set()
+            sent.set()
             future.cancel()
             raise
         end: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(completion)}
