@@ -255,8 +255,8 @@ def test_the_model_estimate_counts_only_its_own_recent_steps():
 
 def test_lookup_and_suffix_propose_as_far_as_the_step_may_draft():
     """Both copy drafters reach k_max, up to the longest pass the curve measured (17 tokens on
-    FLAT: 16 drafts; 33 on LONG): prompt lookup's own default of 10 tokens would cut long copies
-    short on a build with long exact blocks."""
+    FLAT: 16 drafts; 33 on ``long``: 32): prompt lookup's own default of 10 tokens would cut long
+    copies short on a build with long exact blocks."""
     context = list(range(40)) * 2 + list(range(5))  # the continuation is known for 35 tokens
     long = CostCurve((1, 33), (0.010, 0.010))
     for costs, k_max, reach in ((FLAT, 4, 4), (FLAT, 16, 16), (FLAT, 48, 16), (long, 48, 32)):
