@@ -144,6 +144,42 @@ def test_probabilities_are_the_float64_softmax_to_float32_rounding():
     assert np.max(np.abs(out / expected - 1)) < 1e-5
 
 
+def test_top_tokens_are_the_argmax_of_the_score_rows(target):
+    rng = np.random.default_rng(4)
+    for prefix in prompts(8, seed=4):
+        tokens = rng.integers(0, VOCAB, size=rng.integers(0, 9)).tolist()
+        warm(target, prefix)
+        top = target.top_tokens(prefix, tokens)
+        warm(target, prefix)
+        assert top.tolist() == np.argmax(target.score(prefix, tokens), axis=-1).tolist()
+
+
+def plain_softmax(logits, out, scratch):
+    """A broken variant of :func:`probabilities`: the softmax without keeping the argmax."""
+    np.subtract(logits, logits.max(), out=scratch)
+    np.exp(scratch, out=scratch)
+    out[:] = scratch
+    out /= out.sum()
+    return out
+
+
+def argmax_kept(softmax) -> bool:
+    """Whether ``softmax`` keeps the logits' argmax on rows whose top logits differ by less
+    than the float32 exponential resolves next to 1 (it rounds both to 1.0)."""
+    for top in (0.3, 1e-3, -0.2):
+        logits = np.array([-5.0, top, np.nextafter(top, 1, dtype=np.float32), 2.0 - 9], np.float32)
+        logits = np.concatenate([logits, np.full(1000, -30, np.float32)])
+        out = softmax(logits, np.empty(logits.size), np.empty(logits.size, np.float32))
+        if np.argmax(out) != np.argmax(logits) or abs(out.sum() - 1) > 1e-12:
+            return False
+    return True
+
+
+def test_probabilities_keep_the_logits_argmax_through_float32_rounding():
+    assert argmax_kept(probabilities)
+    assert not argmax_kept(plain_softmax)
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 

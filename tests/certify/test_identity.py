@@ -18,11 +18,12 @@ from spec_decode.certify.zoo.positional import StepRelativeNoise
 from spec_decode.core.coupled import coupled_rule, coupled_tree_rule
 from spec_decode.core.generate import chain_step, generate
 from spec_decode.core.models import MarkovModel
-from spec_decode.drafting.auto import AutoPlanner, auto_step
+from spec_decode.drafting.auto import AutoPlanner
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import as_policy
+from spec_decode.drafting.rule_choice import rule_by_name
 from spec_decode.drafting.speculative import generate_speculative, generate_tree
 from spec_decode.drafting.suffix import SuffixDrafter
 
@@ -62,9 +63,8 @@ def speculative_run(name: str, sampling: SamplingParams) -> Run:
             "suffix": SuffixDrafter(VOCAB, max_match=3, min_probability=0.0),
             "draft": model,
         }
-        step = auto_step(
-            target, AutoPlanner(FLAT, drafters, "draft", k_max=4), sampling, coupled_rule
-        )
+        planner = AutoPlanner(FLAT, drafters, "draft", k_max=4)
+        step = rule_by_name("coupled").planned_step(target, drafters, planner, sampling)
         return lambda source, n: generate(target, step, PROMPT, n, source)
     drafter = {
         "lookup": PromptLookupDrafter(VOCAB, max_ngram=2),

@@ -20,7 +20,6 @@ from spec_decode.core.trace import Step
 from spec_decode.drafting.auto import (
     AutoPlanner,
     auto_planner,
-    auto_step,
     counterfactual_alpha,
     draft_model_can_pay,
 )
@@ -28,9 +27,11 @@ from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import estimated_alpha
+from spec_decode.drafting.rule_choice import rule_by_name
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
 TOLERANCE = 1e-12
+STANDARD = rule_by_name("standard")
 #: This CPU's llama.cpp curve (shared/README.md): 1 token 30 ms ... 17 tokens 225 ms; draft 19 ms.
 CPU = CostCurve((1, 2, 3, 5, 9, 17), (0.030, 0.0465, 0.063, 0.099, 0.180, 0.225), 0.019)
 #: A GPU-like curve: a pass costs the same up to 17 tokens, a draft token a tenth of it.
@@ -93,7 +94,7 @@ def test_a_repeated_request_is_drafted_from_the_shared_history():
     passes, outputs = [], []
     for _ in range(2):
         auto = auto_planner(FLAT, target.vocab_size, k_max=8, history=shared)
-        step = auto_step(target, auto, greedy)
+        step = STANDARD.planned_step(target, auto.drafters, auto, greedy)
         trace = generate(target, step, prompt, 40, np.random.default_rng(0))
         shared.add([*prompt, *trace.tokens])
         passes.append(trace.target_passes)
@@ -175,7 +176,7 @@ def toy_auto(vocab: int, costs: CostCurve, sampling: SamplingParams) -> tuple[Mo
 
 
 def auto_generator(target, auto, prefix, sampling):
-    step = auto_step(target, auto, sampling)
+    step = STANDARD.planned_step(target, auto.drafters, auto, sampling)
     return lambda rng, n: generate(target, step, prefix, n, rng).tokens
 
 
@@ -197,7 +198,7 @@ def test_auto_is_exact(costs, sampling, vocab, n_tokens, prefix):
 
 def test_the_mixed_curve_exercises_every_option():
     target, auto = toy_auto(3, MIXED, SamplingParams())
-    step = auto_step(target, auto, SamplingParams())
+    step = STANDARD.planned_step(target, auto.drafters, auto, SamplingParams())
     names = set()
     for seed in range(20):
         trace = generate(target, step, [0, 1, 2, 0, 1], 12, np.random.default_rng(seed))

@@ -10,6 +10,8 @@ context. A step is one target pass:
   choosing the drafter as well as k (k = 0: a plain target pass);
 * :func:`tree_step` drafts a token tree, scores every node in one pass
   (:func:`~spec_decode.core.tree.score_tree`) and lets the tree rule walk down it;
+* :func:`greedy_step` is :func:`planned_step` under greedy controls and an exact rule: it reads
+  only the target's top token at each row, since that is all those rules use;
 * :func:`target_step` samples one token from the target (the reference distribution).
 
 :func:`generate_autoregressive` is the thin wrapper for target-only decoding; the wrappers that
@@ -40,7 +42,7 @@ from spec_decode.core.checks import (
 )
 from spec_decode.core.coupled import is_coupled
 from spec_decode.core.distributions import check_distributions
-from spec_decode.core.models import Model, score
+from spec_decode.core.models import Model, greedy_tokens, score
 from spec_decode.core.near_ties import settle_rows
 from spec_decode.core.noise import positioned, sample_row
 from spec_decode.core.protocols import Drafter, KPolicy, Plan, Planner, TreeDrafter
@@ -140,12 +142,7 @@ def planned_step(
     vocab_size = _shared_vocabulary(target, *drafters.values())
 
     def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
-        k_max = remaining - 1  # a step emits at most k + 1 tokens: no overshoot
-        name, k, proposals = planner.plan(context, trace, k_max)
-        if not 0 <= k <= k_max:
-            raise ValueError(f"the planner chose k = {k}; it must lie in [0, {k_max}]")
-        if k and name not in drafters:
-            raise ValueError(f"the planner chose an unknown drafter {name!r}")
+        name, k, proposals = _checked_plan(planner, drafters, context, trace, remaining)
         start = time.perf_counter()
         drafted, q = [], np.empty((0, vocab_size))
         if k:
@@ -175,6 +172,72 @@ def planned_step(
         )
 
     return step
+
+
+def greedy_step(
+    target: Model, drafters: Mapping[str, Drafter], planner: Planner
+) -> StepFunction:
+    """:func:`planned_step` under greedy controls and an exact rule, on top tokens alone.
+
+    Greedy controls make every warped target row one-hot at its most likely token a. The exact
+    rule then accepts a draft x with probability p(x)/q(x), 1 when x == a and 0 otherwise, and
+    after a rejection samples normalize(max(p - q, 0)), whose whole mass is on a; the coupled
+    rule's noise picks a from a one-hot row as well. Whatever q, both keep the drafts that equal
+    the target's top tokens and emit the top token after them, drawing nothing that matters. So
+    this step asks the target for its top tokens only
+    (:func:`~spec_decode.core.models.greedy_tokens`, one pass, no probabilities) and takes a
+    deterministic drafter's tokens from the plan instead of building its q rows. The output is
+    greedy target-only decoding's whatever was drafted. A rule under audit must see the rows:
+    it goes through :func:`planned_step`.
+    """
+    vocab_size = _shared_vocabulary(target, *drafters.values())
+
+    def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
+        name, k, proposals = _checked_plan(planner, drafters, context, trace, remaining)
+        start = time.perf_counter()
+        drafted: list[int] = []
+        if k and name in proposals:  # the planner's proposal is the drafter's, cut to k
+            drafted = [int(t) for t in proposals[name][:k]]
+        elif k:
+            drafted, _ = check_proposal(*drafters[name].propose(context, k, source), k, vocab_size)
+        if any(not 0 <= t < vocab_size for t in drafted):
+            raise ValueError(f"drafter {name!r} proposed tokens outside the vocabulary: {drafted}")
+        drafted_at = time.perf_counter()
+        top = greedy_tokens(target, context, drafted)
+        target_s = time.perf_counter() - drafted_at
+        if not drafted:
+            return Step(top, target_seconds=target_s, proposals=proposals)
+        accepted = leading_matches(drafted, top)
+        return Step(
+            top[: accepted + 1],
+            drafted=len(drafted),
+            accepted=accepted,
+            draft_calls=len(drafted),
+            draft_seconds=drafted_at - start,
+            target_seconds=target_s,
+            drafter=name,
+            proposals=proposals,
+        )
+
+    return step
+
+
+def _checked_plan(
+    planner: Planner,
+    drafters: Mapping[str, Drafter],
+    context: list[int],
+    trace: Trace,
+    remaining: int,
+) -> Plan:
+    """The planner's choice for a step that may emit ``remaining`` tokens, checked: k in
+    [0, remaining - 1] (a step emits at most k + 1 tokens: no overshoot) and a known drafter."""
+    k_max = remaining - 1
+    plan = planner.plan(context, trace, k_max)
+    if not 0 <= plan.k <= k_max:
+        raise ValueError(f"the planner chose k = {plan.k}; it must lie in [0, {k_max}]")
+    if plan.k and plan.drafter not in drafters:
+        raise ValueError(f"the planner chose an unknown drafter {plan.drafter!r}")
+    return plan
 
 
 def tree_step(
@@ -255,10 +318,14 @@ def _settled(
 
 def target_step(target: Model, sampling: SamplingParams) -> StepFunction:
     """Sample one token from the target's next-token distribution: target-only decoding (with
-    the position's noise when the source is positional: a function of the seed)."""
+    the position's noise when the source is positional: a function of the seed; under greedy
+    controls the top token, read as :func:`greedy_step` reads it)."""
 
     def step(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
         start = time.perf_counter()
+        if sampling.greedy:  # the top token alone: the function every greedy step reads
+            top = greedy_tokens(target, context, [])
+            return Step(top, target_seconds=time.perf_counter() - start)
         raw_p = check_distributions(
             target.next_dist(context), target.vocab_size, "target distribution"
         )

@@ -4,7 +4,9 @@ A model is anything with a ``vocab_size`` and ``next_dist(prefix)``, the probabi
 token after ``prefix``. Target models may also offer ``score(prefix, tokens)``, which scores a whole
 drafted block in one forward pass; :func:`score` falls back to calling ``next_dist`` row by row so
 toy models need not write it. Either way the sampler counts one :func:`score` call as ONE target
-pass.
+pass. Greedy decoding needs only each row's most likely token: :func:`greedy_tokens` asks a model
+that offers ``top_tokens(prefix, tokens)`` for those alone (no probabilities computed), and
+takes the argmax of :func:`score`'s rows otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from spec_decode.core.distributions import check_distributions
 
 
 @runtime_checkable
@@ -42,6 +46,28 @@ def score(model: Model, prefix: Sequence[int], tokens: Sequence[int]) -> np.ndar
         context.append(token)
     rows.append(model.next_dist(context))
     return np.stack(rows).astype(np.float64, copy=False)
+
+
+def greedy_tokens(model: Model, prefix: Sequence[int], tokens: Sequence[int]) -> list[int]:
+    """The most likely token after ``prefix + tokens[:i]`` for i = 0..len(tokens), the lowest id
+    among ties: what greedy decoding emits at each of :func:`score`'s rows, in one pass.
+
+    Every greedy path (target-only and speculative) reads its tokens here, so they agree by
+    construction. A model's own ``top_tokens`` must return the argmax of the rows its ``score``
+    would return; it exists to skip computing them (a softmax over the vocabulary per row).
+    """
+    top_tokens = getattr(model, "top_tokens", None)
+    if top_tokens is not None:
+        top = [int(t) for t in top_tokens(prefix, tokens)]
+    else:
+        rows = check_distributions(score(model, prefix, tokens), model.vocab_size, "target score")
+        top = np.argmax(rows, axis=-1).tolist()
+    if len(top) != len(tokens) + 1 or not all(0 <= t < model.vocab_size for t in top):
+        raise ValueError(
+            f"the target's top tokens {top[:8]} are not {len(tokens) + 1} ids in "
+            f"[0, {model.vocab_size})"
+        )
+    return top
 
 
 @dataclass(frozen=True, eq=False)

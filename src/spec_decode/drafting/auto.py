@@ -39,11 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from spec_decode.core.checks import leading_matches
-from spec_decode.core.generate import StepFunction, planned_step
-from spec_decode.core.models import Model
 from spec_decode.core.protocols import DeterministicDrafter, Drafter, Plan
-from spec_decode.core.rules import Rule, exact_rule
-from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter
@@ -206,10 +202,3 @@ def auto_planner(
     if model_drafter is not None:
         drafters["draft"] = model_drafter
     return AutoPlanner(costs, drafters, None if model_drafter is None else "draft", k_max)
-
-
-def auto_step(
-    target: Model, planner: AutoPlanner, sampling: SamplingParams, rule: Rule = exact_rule
-) -> StepFunction:
-    """The chain step whose drafter and k ``planner`` chooses before each pass."""
-    return planned_step(target, planner.drafters, planner, rule, sampling)

@@ -10,21 +10,30 @@ under the same noise).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from spec_decode.core.coupled import coupled_rule, coupled_tree_rule
-from spec_decode.core.generate import StepFunction, chain_step, target_step, tree_step
+from spec_decode.core.generate import (
+    ONLY,
+    PolicyPlanner,
+    StepFunction,
+    greedy_step,
+    planned_step,
+    target_step,
+    tree_step,
+)
 from spec_decode.core.models import Model
 from spec_decode.core.noise import positional_source
-from spec_decode.core.protocols import Drafter, KPolicy, TreeDrafter
+from spec_decode.core.protocols import Drafter, KPolicy, Planner, TreeDrafter
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.rules import Rule, exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import TreeRule, verify_tree
-from spec_decode.drafting.auto import AutoPlanner, auto_step
+from spec_decode.drafting.auto import AutoPlanner
 from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.policies import as_policy
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter
@@ -92,10 +101,25 @@ class RuleChoice:
         if drafter is None:
             return target_step(target, sampling)
         if isinstance(drafter, AutoPlanner):
-            return auto_step(target, drafter, sampling, self.chain)
+            return self.planned_step(target, drafter.drafters, drafter, sampling)
         if tree is not None:
             return tree_step(target, drafter, tree, self.tree, sampling)  # type: ignore[arg-type]
-        return chain_step(target, drafter, as_policy(k), self.chain, sampling)  # type: ignore[arg-type]
+        planner = PolicyPlanner(as_policy(k))
+        return self.planned_step(target, {ONLY: drafter}, planner, sampling)  # type: ignore[dict-item]
+
+    def planned_step(
+        self,
+        target: Model,
+        drafters: Mapping[str, Drafter],
+        planner: Planner,
+        sampling: SamplingParams,
+    ) -> StepFunction:
+        """The chain step under this rule, ``planner`` choosing the drafter and k: under greedy
+        controls on the target's top tokens alone (:func:`~spec_decode.core.generate.greedy_step`:
+        both rules reduce to it), else verified by the rule on the warped rows."""
+        if sampling.greedy:
+            return greedy_step(target, drafters, planner)
+        return planned_step(target, drafters, planner, self.chain, sampling)
 
 
 def rule_by_name(name: str) -> RuleChoice:

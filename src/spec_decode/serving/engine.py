@@ -56,12 +56,19 @@ from spec_decode.backends.loading import (
 )
 from spec_decode.backends.prompts import encode_chat, encode_prompt
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
-from spec_decode.core.generate import StepFunction, chain_step, generate, target_step, tree_step
+from spec_decode.core.generate import (
+    ONLY,
+    PolicyPlanner,
+    StepFunction,
+    generate,
+    target_step,
+    tree_step,
+)
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Step, Trace
 from spec_decode.core.tree import TreeShape
-from spec_decode.drafting.auto import auto_planner, auto_step, draft_model_can_pay
+from spec_decode.drafting.auto import auto_planner, draft_model_can_pay
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import POLICY_NAMES, policy_by_name
@@ -382,7 +389,7 @@ class Engine:
             model = choice.model_drafter(draft, sampling, config.confidence) if draft else None
             shared = self.history if history and config.shared_history else None
             planner = auto_planner(self.costs, target.vocab_size, model, self.k, shared)
-            return auto_step(target, planner, sampling, choice.chain)
+            return choice.planned_step(target, planner.drafters, planner, sampling)
         if config.tree is not None:
             drafter = choice.tree_drafter(draft, sampling)
             return tree_step(target, drafter, config.tree, choice.tree, sampling)
@@ -390,8 +397,8 @@ class Engine:
             chain = PromptLookupDrafter(target.vocab_size, max_tokens=self.k)  # k, not its 10
         else:
             chain = choice.model_drafter(draft, sampling, config.confidence)
-        policy = policy_by_name(config.policy, self.k)
-        return chain_step(target, chain, policy, choice.chain, sampling)
+        planner = PolicyPlanner(policy_by_name(config.policy, self.k))
+        return choice.planned_step(target, {ONLY: chain}, planner, sampling)
 
 
 def _halt_reason(text: IncrementalText, cancelled: Callable[[], bool] | None) -> str | None:

@@ -121,6 +121,9 @@ def invariant_batch_size() -> int | None:
     return _INVARIANT_BATCHES.get(("LLAMAFILE" in features, "REPACK" in features))
 
 
+_BELOW_ONE = np.nextafter(np.float32(1.0), np.float32(0.0))
+
+
 def probabilities(logits: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     """Write softmax(logits) into ``out`` (float64) and return it; all three have shape (V,).
 
@@ -130,9 +133,19 @@ def probabilities(logits: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> n
     throughout, at a relative difference of about 1e-6 per probability (the float32
     exponential's rounding). Tokens more than ~104 logits below the best one get
     probability 0 (float32 underflow).
+
+    The row's argmax stays the logits' argmax (the lowest id among ties), which greedy decoding
+    reads off the logits directly (:meth:`~.model.LlamaCppModel.top_tokens`): the float32
+    exponential rounds a logit within about 3e-8 of the largest to the largest's 1.0, and such
+    an entry with a lower id than the largest is set just below 1.0 (any above 1.0, were the
+    exponential to round so, to 1.0).
     """
-    np.subtract(logits, logits.max(), out=scratch)
+    top = int(np.argmax(logits))
+    np.subtract(logits, logits[top], out=scratch)
     np.exp(scratch, out=scratch)
+    np.minimum(scratch, 1.0, out=scratch)
+    before = scratch[:top]
+    before[before == 1.0] = _BELOW_ONE
     out[:] = scratch
     out *= 1.0 / out.sum()
     return out

@@ -4,7 +4,7 @@ package docstring for the cache, block and tree design)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import llama_cpp
@@ -157,6 +157,21 @@ class LlamaCppModel(PrefixCachedModel):
 
     def _dists(self, sequence: list[int], n_rows: int) -> np.ndarray:
         """Probabilities after each of the last ``n_rows`` prefixes of ``sequence``."""
+        return self._decoded(sequence, n_rows, self._read_rows)
+
+    def top_tokens(self, prefix: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
+        """The most likely token of each row :meth:`score` returns for ``prefix`` and
+        ``tokens`` (the lowest id among ties), from the same pass, read off the logits without
+        computing probabilities: all greedy decoding needs
+        (:func:`~spec_decode.core.models.greedy_tokens`). :func:`~.kernels.probabilities`
+        keeps each row's argmax the logits' argmax, so the two agree bitwise."""
+        return self._decoded(list(prefix) + list(tokens), len(tokens) + 1, self._read_top)
+
+    def _decoded(
+        self, sequence: list[int], n_rows: int, read: Callable[[int], np.ndarray]
+    ) -> np.ndarray:
+        """``read``'s rows for each of the last ``n_rows`` prefixes of ``sequence``, after
+        feeding what the cache lacks in the calls :meth:`_chunks` chooses."""
         start = time.perf_counter()
         self.check_fits(len(sequence) - n_rows + 1, n_rows - 1)
         keep = self._trim(min(common_prefix(self._cached, sequence), len(sequence) - n_rows))
@@ -172,7 +187,7 @@ class LlamaCppModel(PrefixCachedModel):
             if size and end - begin >= size and at == self._invariant and at % size == 0:
                 self._invariant = at + (end - begin) // size * size  # its whole tiles
             if end > first_row:
-                rows.append(self._read_rows(end - max(begin, first_row)))
+                rows.append(read(end - max(begin, first_row)))
             start = time.perf_counter()
         self._cached.extend(new)
         return rows[0] if len(rows) == 1 else np.concatenate(rows)  # no copy in the usual case
@@ -285,6 +300,17 @@ class LlamaCppModel(PrefixCachedModel):
             probabilities(logit_row, row, self._scratch)
         self.stats.softmax_s += time.perf_counter() - start
         return rows
+
+    def _read_top(self, n_rows: int) -> np.ndarray:
+        """The argmax of each of the ``n_rows`` output rows of the last decode (``ValueError``
+        for a row whose largest logit is NaN or infinite)."""
+        logits = np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits(self._ctx), shape=(n_rows, self.vocab_size)
+        )
+        top = np.argmax(logits, axis=-1)  # NaN counts as the largest: caught just below
+        if not np.isfinite(logits[np.arange(n_rows), top]).all():
+            raise ValueError("the target's logits contain NaN or infinite values")
+        return top
 
 
 def _path_sequences(parents: Sequence[int]) -> tuple[list[tuple[int, ...]], list[int]]:
