@@ -41,6 +41,11 @@ def main() -> None:
         default="off",
         help="on: llama.cpp's flash attention (llama-server's default resolves to it on CPU)",
     )
+    ap.add_argument(
+        "--last-row-only",
+        action="store_true",
+        help="logits of each block's last row only (as llama-bench's pp), not of every row",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     llama_cpp.llama_backend_init()
@@ -64,7 +69,7 @@ def main() -> None:
     toks = rng.integers(100, 30000, size=args.context + max(blocks)).tolist()
 
     def decode(ts, pos0):
-        decode_rows(ctx, batch, ts, pos0)
+        decode_rows(ctx, batch, ts, pos0, every_row=not args.last_row_only)
 
     decode(toks[: args.context], 0)
     times = {b: [] for b in blocks}
@@ -101,6 +106,7 @@ def main() -> None:
                     "context": args.context,
                     "threads": args.threads,
                     "flash_attn": args.flash_attn,
+                    "every_row": not args.last_row_only,
                 },
                 f,
                 indent=1,
