@@ -48,7 +48,7 @@ def job() -> Job:
 
 def test_the_queue_is_bounded_and_first_in_first_out():
     engine = HeldEngine()
-    worker = Worker(engine, max_queue=1)
+    worker = Worker(lambda: engine, max_queue=1)
     running = worker.submit(job())
     engine.started.wait(10)
     waiting = worker.submit(job())
@@ -63,7 +63,7 @@ def test_the_queue_is_bounded_and_first_in_first_out():
 
 
 def test_a_generation_past_its_timeout_is_cancelled():
-    worker = Worker(HeldEngine(), max_queue=0, timeout_s=0.05)
+    worker = Worker(HeldEngine, max_queue=0, timeout_s=0.05)
     held = job()
     assert worker.submit(held).result(10).finish_reason == "cancelled" and held.timed_out
     worker.close(0)
@@ -72,7 +72,7 @@ def test_a_generation_past_its_timeout_is_cancelled():
 
 def test_shutdown_drops_the_waiting_and_cancels_the_running_after_the_grace():
     engine = HeldEngine()
-    worker = Worker(engine, max_queue=4)
+    worker = Worker(lambda: engine, max_queue=4)
     running = worker.submit(job())
     engine.started.wait(10)
     waiting = worker.submit(job())
@@ -89,7 +89,7 @@ def test_a_full_queue_is_a_429_with_retry_after():
     from spec_decode.serving.server import Settings, create_app
 
     engine = HeldEngine()
-    worker = Worker(engine, max_queue=0)
+    worker = Worker(lambda: engine, max_queue=0)
     app = create_app(worker, Settings("held"))
     body = {"model": "held", "prompt": "ab", "max_tokens": 2}
 
@@ -108,3 +108,42 @@ def test_a_full_queue_is_a_429_with_retry_after():
     assert refused.json()["error"]["type"] == "rate_limit_error"
     worker.close(0)
     worker.join()
+
+
+def test_the_engine_is_loaded_on_the_thread_that_runs_every_generation():
+    """llama.cpp's OpenMP build keeps a thread team per calling thread: loading (calibration,
+    warm-up) on one thread and generating on another leaves two teams competing for the
+    cores, so the worker loads the engine on its own thread."""
+    threads: list[int] = []
+
+    class RecordingEngine(HeldEngine):
+        def __init__(self) -> None:
+            super().__init__()
+            threads.append(threading.get_ident())
+            self.release.set()
+
+        def generate(self, prompt, max_tokens, **kwargs) -> Completion:
+            threads.append(threading.get_ident())
+            return super().generate(prompt, max_tokens, **kwargs)
+
+    worker = Worker(RecordingEngine, max_queue=2)
+    for _ in range(2):
+        worker.submit(job()).result(10)
+    worker.close(0)
+    worker.join()
+    assert len(threads) == 3 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
+
+
+def test_an_engine_that_fails_to_load_raises_and_leaves_no_thread():
+    before = threading.active_count()
+
+    def broken() -> HeldEngine:
+        raise ValueError("no GGUF model file at nowhere.gguf")
+
+    with pytest.raises(ValueError, match="no GGUF"):
+        Worker(broken, max_queue=1)
+    for _ in range(100):
+        if threading.active_count() == before:
+            break
+        threading.Event().wait(0.01)
+    assert threading.active_count() == before

@@ -75,17 +75,21 @@ def serve_command(
     except ImportError as error:
         console.print(f'[red]error:[/] {error}; install the extra: pip install -e ".[serve]"')
         raise typer.Exit(2) from error
+
+    def load() -> Engine:  # on the worker's thread, as every later llama.cpp call
+        engine = Engine.load(config)
+        engine.warm_up()
+        return engine
+
     try:
         config = EngineConfig(
             target=target, draft=draft, backend=backend, threads=threads, k=k,
             shared_history=shared_history,
         )  # fmt: skip
-        engine = Engine.load(config)
+        worker = Worker(load, max_queue, timeout)
     except (ValueError, FileNotFoundError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from error
-    engine.warm_up()
-    worker = Worker(engine, max_queue, timeout)
     model_name = name or (target if target in PREPARED else Path(target).stem)
     settings = Settings(model_name, api_key or None, max_tokens, grace_s=grace)
     app = create_app(worker, settings)
@@ -111,5 +115,5 @@ def serve_command(
         signal.signal(sig, lambda *_: None)  # after shutdown: let it land here, then exit 0
     server.run()
     worker.join()
-    loaded = "draft loaded" if engine.draft else "draft not loaded"
-    console.print(f"stopped ({loaded}; {engine.history.version} requests in the history)")
+    loaded = "draft loaded" if worker.engine.draft else "draft not loaded"
+    console.print(f"stopped ({loaded}; {worker.engine.history.version} requests in the history)")

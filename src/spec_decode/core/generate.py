@@ -174,9 +174,7 @@ def planned_step(
     return step
 
 
-def greedy_step(
-    target: Model, drafters: Mapping[str, Drafter], planner: Planner
-) -> StepFunction:
+def greedy_step(target: Model, drafters: Mapping[str, Drafter], planner: Planner) -> StepFunction:
     """:func:`planned_step` under greedy controls and an exact rule, on top tokens alone.
 
     Greedy controls make every warped target row one-hot at its most likely token a. The exact

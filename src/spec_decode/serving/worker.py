@@ -2,8 +2,13 @@
 
 A llama.cpp context is not thread-safe and two generations on one pair would only share the same
 two cores, so generations run one at a time, in arrival order, on a single worker thread
-(a one-thread executor). :meth:`Worker.submit` refuses a job when ``max_queue`` jobs are already
-waiting (:class:`QueueFull`: the server answers 429) or once shutdown began (:class:`Closed`).
+(a one-thread executor). The engine is loaded on that thread too, so that every llama.cpp call
+(loading, calibration, warm-up, generations) comes from one thread: llama.cpp's OpenMP build
+keeps a team of threads for each thread that calls it, and once two calling threads have run
+decodes, the two teams' waiting threads compete with the working ones for the cores, for the
+rest of the process (BENCHMARKS.md). :meth:`Worker.submit` refuses a job when ``max_queue``
+jobs are already waiting (:class:`QueueFull`: the server answers 429) or once shutdown began
+(:class:`Closed`).
 Every job carries its own cancellation event; a job also ends once it ran ``timeout_s`` seconds,
 and :meth:`Worker.close` drops the waiting jobs and gives the running one ``grace_s`` seconds
 before cancelling it.
@@ -47,15 +52,23 @@ class Job:
 
 
 class Worker:
-    """Runs :class:`Job` s on ``engine``, one at a time, in arrival order."""
+    """Runs :class:`Job` s, one at a time, in arrival order, on the engine ``load`` returns when
+    called on the worker's thread (its errors are raised here, and no thread is left behind)."""
 
-    def __init__(self, engine: Engine, max_queue: int, timeout_s: float | None = None) -> None:
+    def __init__(
+        self, load: Callable[[], Engine], max_queue: int, timeout_s: float | None = None
+    ) -> None:
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.engine, self.max_queue, self.timeout_s = engine, max_queue, timeout_s
+        self.max_queue, self.timeout_s = max_queue, timeout_s
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        try:
+            self.engine = self._executor.submit(load).result()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
         self._lock = threading.Lock()
         self._outstanding = 0  # submitted and not finished: the running job plus the waiting
         self._running: Job | None = None
