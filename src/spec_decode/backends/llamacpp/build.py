@@ -5,8 +5,9 @@ vendors) makes the CPU kernels score every row of a block of tokens bitwise equa
 scored alone, at llama.cpp's speed (see the patch's comments and ``bench/results/
 kernels_findings.md``):
 
-- Q4_K weights (repacked 8x8 on AVX2): the 4-row GEMM applied the scales with one FMA per pair of
-  sub-blocks, the one-row GEMV with one per super-block; the GEMM now does what the GEMV does.
+- Q4_K weights (repacked 8x8 on AVX2 and AVX-512): the 4-row GEMM applied the scales with one FMA
+  per pair of sub-blocks, the one-row GEMV with one per super-block; the GEMM (its AVX2 and its
+  AVX-512 code) now does what the GEMV does.
 - Q6_K weights: batches of 8+ rows take the tiled kernel (one integer per super-block, scaled
   in a fixed order), fewer rows ``ggml_vec_dot_q6_K_q8_K`` (eight float lanes summed at the end);
   the vec_dot now computes what the tiled kernel computes.
@@ -55,8 +56,9 @@ TARGETS = ("llama", "ggml", "ggml-base", "ggml-cpu")
 CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=ON",
-    # The AVX2 kernels the patch makes exact, on every x86 CPU that has them: a native build on
-    # an AVX-512 CPU takes the AVX-512/VNNI variants instead, which the patch does not cover.
+    # The instruction sets whose kernels the patch makes exact, not the native set: a native
+    # build on an AVX-512 CPU also takes the VNNI variants, which the patch does not cover.
+    # AVX-512 itself is added where the CPU has it (cmake_args).
     "-DGGML_NATIVE=OFF",
     "-DGGML_SSE42=ON",
     "-DGGML_AVX=ON",
@@ -64,6 +66,8 @@ CMAKE_ARGS = (
     "-DGGML_BMI2=ON",
     "-DGGML_FMA=ON",
     "-DGGML_F16C=ON",
+    "-DGGML_AVX_VNNI=OFF",
+    "-DGGML_AVX512_VNNI=OFF",
     "-DGGML_LLAMAFILE=ON",  # tinyBLAS for f16 at every row count (the patch's third hunk)
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_BUILD_COMMON=OFF",
@@ -73,6 +77,28 @@ CMAKE_ARGS = (
     "-DLLAMA_BUILD_SERVER=OFF",
     "-DCMAKE_BUILD_RPATH=$ORIGIN",  # the copied libraries find each other beside themselves
 )
+
+#: The CPU flags of the AVX-512 subsets llama.cpp's GGML_AVX512 compiles for.
+AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"})
+
+
+def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
+    """:data:`CMAKE_ARGS`, plus llama.cpp's AVX-512 kernels where the CPU has every subset they
+    use (``cpu_flags`` as /proc/cpuinfo names them): on such a CPU its AVX-512 batch kernels
+    are faster than the AVX2 ones, and the patch covers them too."""
+    return CMAKE_ARGS + (("-DGGML_AVX512=ON",) if set(cpu_flags) >= AVX512_FLAGS else ())
+
+
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
 
 
 def patch_sha256() -> str:
@@ -208,8 +234,9 @@ def build(
         apply_patch(source, log)
         build_tree = work / "build"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        args = cmake_args(cpu_flags())
         subprocess.run(
-            ["cmake", "-S", str(source), "-B", str(build_tree), *generator, *CMAKE_ARGS],
+            ["cmake", "-S", str(source), "-B", str(build_tree), *generator, *args],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -232,7 +259,8 @@ def build(
         if exact_rows <= 0:
             raise RuntimeError(
                 "the patched libraries load but report no exact rows: this build takes kernels "
-                "the patch does not cover (it covers x86 AVX2); stock 3-token blocks remain"
+                "the patch does not cover (it covers x86 AVX2 and AVX-512 without VNNI); stock "
+                "3-token blocks remain"
             )
         info = {
             "what": "llama.cpp shared libraries with spec-decode's exact-rows patch",
@@ -241,7 +269,7 @@ def build(
             "llama_cpp_commit": LLAMA_CPP_COMMIT,
             "patch": PATCH.name,
             "patch_sha256": patch_sha256(),
-            "cmake_args": list(CMAKE_ARGS),
+            "cmake_args": list(args),
             "exact_rows": exact_rows,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.time() - started, 1),
