@@ -112,3 +112,11 @@ def test_a_prompt_that_is_not_utf8_is_refused_with_the_byte_named():
     assert fine.exit_code == 0 and "'café'" in fine.output
     with pytest.raises(typer.BadParameter, match="--prompt is not UTF-8: byte 0xff"):
         prompt_text("ab\udcff")  # how a non-UTF-8 argument reaches Python
+
+
+@pytest.mark.parametrize("sdist", ["/nonexistent/llama_cpp_python.tar.gz", "."])
+def test_build_kernels_refuses_an_sdist_that_is_not_a_file_before_anything_else(sdist):
+    """Even with a build already cached (which it would otherwise report and keep)."""
+    result = runner.invoke(app, ["build-kernels", "--sdist", sdist])
+    assert result.exit_code == 2, result.output
+    assert "--sdist" in result.output

@@ -27,7 +27,9 @@ def build_kernels_command(
     sdist: Annotated[
         Path | None,
         typer.Option(
-            help="llama-cpp-python 0.3.36 sdist (default: pip downloads it; sha256 checked)."
+            exists=True,
+            dir_okay=False,
+            help="llama-cpp-python 0.3.36 sdist (default: pip downloads it; sha256 checked).",
         ),
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Compiler jobs.")] = 2,
