@@ -172,3 +172,16 @@ def test_greedy_tokens_checks_what_a_model_returns():
     for broken in (OutOfRange, TooFew):
         with pytest.raises(ValueError, match="top tokens"):
             greedy_tokens(broken(TARGET), [0, 1], [2])
+
+
+def test_a_planned_proposal_outside_the_vocabulary_is_a_clear_error():
+    from spec_decode.core.protocols import Plan
+    from spec_decode.core.trace import Trace
+
+    class OutOfVocabulary:
+        def plan(self, context, trace, k_max):
+            return Plan("lookup", 2, {"lookup": [1, VOCAB]})
+
+    step = greedy_step(TARGET, {"lookup": FixedDrafter([1, 2])}, OutOfVocabulary())
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        step([0, 1], 5, Trace(), np.random.default_rng(0))

@@ -196,10 +196,12 @@ def greedy_step(target: Model, drafters: Mapping[str, Drafter], planner: Planner
         drafted: list[int] = []
         if k and name in proposals:  # the planner's proposal is the drafter's, cut to k
             drafted = [int(t) for t in proposals[name][:k]]
+            if any(not 0 <= t < vocab_size for t in drafted):
+                raise ValueError(
+                    f"drafter {name!r} proposed tokens outside the vocabulary: {drafted}"
+                )
         elif k:
             drafted, _ = check_proposal(*drafters[name].propose(context, k, source), k, vocab_size)
-        if any(not 0 <= t < vocab_size for t in drafted):
-            raise ValueError(f"drafter {name!r} proposed tokens outside the vocabulary: {drafted}")
         drafted_at = time.perf_counter()
         top = greedy_tokens(target, context, drafted)
         target_s = time.perf_counter() - drafted_at
