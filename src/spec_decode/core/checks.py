@@ -62,16 +62,22 @@ def check_proposal(
 ) -> tuple[list[int], np.ndarray]:
     """A drafter's (tokens, q): at most k tokens in the vocabulary, q one valid row per token,
     giving each drafted token a positive probability."""
-    tokens = [int(t) for t in tokens]
-    if len(tokens) > k:
-        raise ValueError(f"drafter proposed {len(tokens)} tokens, more than k = {k}")
-    if any(not 0 <= t < vocab_size for t in tokens):
-        raise ValueError(f"drafter proposed tokens outside the vocabulary: {tokens}")
+    tokens = check_drafted(tokens, k, vocab_size)
     q = check_distributions(np.reshape(q, (len(tokens), vocab_size)), vocab_size, "draft q")
     claimed = q[np.arange(len(tokens)), tokens]
     if np.any(claimed <= 0):
         raise ValueError("drafter proposed a token its own q gives probability 0")
     return tokens, q
+
+
+def check_drafted(tokens: Sequence[int], k: int, vocab_size: int) -> list[int]:
+    """Drafted tokens as a list of ints: at most k of them, each in the vocabulary."""
+    tokens = [int(t) for t in tokens]
+    if len(tokens) > k:
+        raise ValueError(f"drafter proposed {len(tokens)} tokens, more than k = {k}")
+    if any(not 0 <= t < vocab_size for t in tokens):
+        raise ValueError(f"drafter proposed tokens outside the vocabulary: {tokens}")
+    return tokens
 
 
 def check_tree(tree: object, max_depth: int, vocab_size: int) -> TokenTree:

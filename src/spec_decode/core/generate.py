@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from spec_decode.core.checks import (
+    check_drafted,
     check_n_tokens,
     check_prefix,
     check_proposal,
@@ -195,11 +196,7 @@ def greedy_step(target: Model, drafters: Mapping[str, Drafter], planner: Planner
         start = time.perf_counter()
         drafted: list[int] = []
         if k and name in proposals:  # the planner's proposal is the drafter's, cut to k
-            drafted = [int(t) for t in proposals[name][:k]]
-            if any(not 0 <= t < vocab_size for t in drafted):
-                raise ValueError(
-                    f"drafter {name!r} proposed tokens outside the vocabulary: {drafted}"
-                )
+            drafted = check_drafted(proposals[name][:k], k, vocab_size)
         elif k:
             drafted, _ = check_proposal(*drafters[name].propose(context, k, source), k, vocab_size)
         drafted_at = time.perf_counter()
