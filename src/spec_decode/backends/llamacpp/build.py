@@ -10,7 +10,8 @@ kernels_findings.md``):
   AVX-512 code) now does what the GEMV does.
 - Q6_K weights: batches of 8+ rows take the tiled kernel (one integer per super-block, scaled
   in a fixed order), fewer rows ``ggml_vec_dot_q6_K_q8_K`` (eight float lanes summed at the end);
-  the vec_dot now computes what the tiled kernel computes.
+  the vec_dot now computes what the tiled kernel computes, and the tiled kernel's AVX-512 VNNI
+  variant ends in the same explicit FMA as its AVX2 one.
 - Attention's f16 matmuls (K·Q, V·softmax): llamafile's tinyBLAS, batch-invariant itself, took
   them for 2+ rows and ggml's vec path for one, which sums in another order; tinyBLAS now takes
   f16 x f16 at every row count (one row split statically, without its barriers) and no other
@@ -56,9 +57,9 @@ TARGETS = ("llama", "ggml", "ggml-base", "ggml-cpu")
 CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=ON",
-    # The instruction sets whose kernels the patch makes exact, not the native set: a native
-    # build on an AVX-512 CPU also takes the VNNI variants, which the patch does not cover.
-    # AVX-512 itself is added where the CPU has it (cmake_args).
+    # The instruction sets whose kernels the patch makes exact, not the native set (which may
+    # take variants the patch never saw). AVX-512 and its VNNI are added where the CPU has them
+    # (cmake_args).
     "-DGGML_NATIVE=OFF",
     "-DGGML_SSE42=ON",
     "-DGGML_AVX=ON",
@@ -66,8 +67,7 @@ CMAKE_ARGS = (
     "-DGGML_BMI2=ON",
     "-DGGML_FMA=ON",
     "-DGGML_F16C=ON",
-    "-DGGML_AVX_VNNI=OFF",
-    "-DGGML_AVX512_VNNI=OFF",
+    "-DGGML_AVX_VNNI=OFF",  # AVX-VNNI without AVX-512: never checked
     "-DGGML_LLAMAFILE=ON",  # tinyBLAS for f16 at every row count (the patch's third hunk)
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_BUILD_COMMON=OFF",
@@ -80,13 +80,20 @@ CMAKE_ARGS = (
 
 #: The CPU flags of the AVX-512 subsets llama.cpp's GGML_AVX512 compiles for.
 AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"})
+#: The CPU flag of AVX-512 VNNI (its integer dot products drive the tiled Q6_K kernel).
+AVX512_VNNI_FLAG = "avx512_vnni"
 
 
 def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
     """:data:`CMAKE_ARGS`, plus llama.cpp's AVX-512 kernels where the CPU has every subset they
-    use (``cpu_flags`` as /proc/cpuinfo names them): on such a CPU its AVX-512 batch kernels
-    are faster than the AVX2 ones, and the patch covers them too."""
-    return CMAKE_ARGS + (("-DGGML_AVX512=ON",) if set(cpu_flags) >= AVX512_FLAGS else ())
+    use (``cpu_flags`` as /proc/cpuinfo names them), and AVX-512 VNNI where it has that too: on
+    such a CPU these batch kernels are faster than the AVX2 ones (the VNNI tiled kernel most of
+    all, for the Q6_K output layer), and the patch covers them."""
+    flags = set(cpu_flags)
+    if not flags >= AVX512_FLAGS:
+        return CMAKE_ARGS
+    vnni = ("-DGGML_AVX512_VNNI=ON",) if AVX512_VNNI_FLAG in flags else ()
+    return (*CMAKE_ARGS, "-DGGML_AVX512=ON", *vnni)
 
 
 def cpu_flags() -> frozenset[str]:
@@ -259,7 +266,7 @@ def build(
         if exact_rows <= 0:
             raise RuntimeError(
                 "the patched libraries load but report no exact rows: this build takes kernels "
-                "the patch does not cover (it covers x86 AVX2 and AVX-512 without VNNI); stock "
+                "the patch does not cover (it covers x86 AVX2 and AVX-512, VNNI included); stock "
                 "3-token blocks remain"
             )
         info = {
