@@ -20,7 +20,7 @@ from spec_decode.core.trace import Step
 from spec_decode.drafting.auto import (
     AutoPlanner,
     auto_planner,
-    counterfactual_alpha,
+    counterfactual_survival,
     draft_model_can_pay,
 )
 from spec_decode.drafting.costs import CostCurve
@@ -115,14 +115,56 @@ def test_free_proposals_are_judged_by_what_was_emitted_since():
     assert auto.plan(FRESH, right, 16)[:2] == ("", 0)  # nothing to propose: plain pass
 
 
-def test_counterfactual_alpha_counts_matches_and_the_first_miss():
+def test_counterfactual_survival_counts_matches_and_the_first_miss_by_depth():
     trace = Trace()
     trace.record(Step([4], proposals={"lookup": [4, 5, 6]}))  # then 5, then 9: 2 hits, 1 miss
     trace.record(Step([5, 9]))
     trace.record(Step([1], proposals={"lookup": [1, 2]}))  # 1 hit, then nothing emitted yet
-    assert counterfactual_alpha(trace, "lookup", 0.5, 2.0, 32) == (3 + 1) / (4 + 2)
-    assert counterfactual_alpha(trace, "lookup", 0.5, 2.0, 1) == (1 + 1) / (1 + 2)
-    assert counterfactual_alpha(trace, "suffix", 0.5, 2.0, 32) == 0.5
+    # depth 1: 2 of 2; depth 2: 1 of 1 (the second proposal's is not known yet); depth 3: 0 of 1
+    assert counterfactual_survival(trace, "lookup", 3, 0.5, 2.0, 32) == pytest.approx(
+        [(2 + 1) / (2 + 2), (1 + 0.5) / (1 + 2), (0 + 0.25) / (1 + 2)]
+    )
+    assert counterfactual_survival(trace, "lookup", 3, 0.5, 2.0, 1) == pytest.approx(
+        [(1 + 1) / (1 + 2), 0.25, 0.125]
+    )
+    assert counterfactual_survival(trace, "suffix", 2, 0.5, 2.0, 32) == [0.5, 0.25]
+
+
+def test_survival_never_rises_with_depth():
+    trace = Trace()
+    for _ in range(3):  # three one-token proposals, all wrong
+        trace.record(Step([1], proposals={"lookup": [2]}))
+    trace.record(Step([1, 2, 3], proposals={"lookup": [1, 2]}))  # one two-token copy, right
+    trace.record(Step([4]))
+    s1, s2 = counterfactual_survival(trace, "lookup", 2, 0.5, 2.0, 32)
+    assert s1 == pytest.approx((1 + 1) / (4 + 2))
+    assert s2 == s1 < (1 + 0.5) / (1 + 2)  # the depth-2 posterior alone would be higher
+
+
+def test_a_long_copy_does_not_vouch_for_first_tokens_that_keep_missing():
+    """Six proposals wrong from their first token and one 16-token copy: a rate pooled over
+    depths (16 of 22) would draft; the survival curve (first token right 1 time in 7) does not."""
+    copy = list(range(10, 26))
+    trace = Trace()
+    trace.record(Step([copy[0]], proposals={"lookup": copy}))
+    trace.record(Step(copy[1:]))
+    for _ in range(6):
+        trace.record(Step([1], proposals={"lookup": [2, 3, 4, 5]}))
+    assert auto_plan_on(FLAT_STEEP, trace)[:2] == ("", 0)
+    right = Trace()
+    for _ in range(6):
+        right.record(Step([2], proposals={"lookup": [2, 3, 4, 5]}))
+        right.record(Step([3, 4, 5]))
+    assert auto_plan_on(FLAT_STEEP, right)[:2] == ("lookup", 4)
+
+
+#: A pass of 2-5 tokens costs 1.8 one-token passes.
+FLAT_STEEP = CostCurve((1, 2, 5), (0.010, 0.018, 0.018))
+
+
+def auto_plan_on(costs: CostCurve, trace: Trace):
+    lookup = PromptLookupDrafter(8, max_ngram=1, max_tokens=4)
+    return AutoPlanner(costs, {"lookup": lookup}).plan([1, 2, 3, 4, 5, 1], trace, 16)
 
 
 def test_the_cap_and_the_last_step_are_respected():

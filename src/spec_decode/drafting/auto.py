@@ -5,7 +5,8 @@ Options considered before every step:
 * a plain target pass (k = 0): 1 token for ``cost(1)``;
 * each deterministic drafter (prompt lookup, suffix): its proposal is computed first (free, and
   its length is known before verifying), then every prefix of it of length j is worth
-  E(beta, j) tokens for ``cost(j + 1)``, beta being that drafter's estimated acceptance;
+  1 + S(1) + ... + S(j) tokens for ``cost(j + 1)``, S(i) being the estimated chance that its
+  first i tokens are all accepted (:func:`counterfactual_survival`);
 * the draft model, k = 1..k_max: E(alpha, k) tokens for ``cost(k + 1) + k * draft_seconds``.
 
 E(a, j) = 1 + a + ... + a^j is the expected tokens of a pass that verifies j drafts each
@@ -17,16 +18,20 @@ costs a large fraction of a target token and a 2-token pass far more than a 1-to
 no acceptance rate makes the draft model pay, and it is never chosen
 (:func:`draft_model_can_pay`).
 
-Acceptance is a Beta posterior mean over the last ``memory`` steps. For the draft model it counts
-the drafts it actually had verified (:func:`~spec_decode.drafting.policies.estimated_alpha`). A
-deterministic drafter needs no trial at all: every step records what it would have proposed
-(``Step.proposals``), and the tokens emitted since then say how much of that proposal the target
-would have accepted (:func:`counterfactual_alpha`). This is sound, not a heuristic: whatever the
-policy did, the output is distributed as target-only sampling, so the next emitted token equals a
-proposed token x with probability p(x), which is exactly the chance the exact rule accepts a
-one-hot draft of x; the same holds token by token along the proposal. So lookup and suffix are
-judged while plain passes run, and chosen once their recent proposals have been right often
-enough to pay on this curve (with the default ``memory`` of 8 steps, a few steps into a copy).
+Acceptance is estimated over the last ``memory`` steps, with a Beta prior. For the draft model it
+is one rate, from the drafts it actually had verified
+(:func:`~spec_decode.drafting.policies.estimated_alpha`). A deterministic drafter needs no trial
+at all: every step records what it would have proposed (``Step.proposals``), and the tokens
+emitted since then say how much of that proposal the target would have accepted. This is sound,
+not a heuristic: whatever the policy did, the output is distributed as target-only sampling, so
+the next emitted token equals a proposed token x with probability p(x), which is exactly the
+chance the exact rule accepts a one-hot draft of x; the same holds token by token along the
+proposal, so "the first i tokens would all have been accepted" is "the first i emitted tokens
+equal them". Its estimate is a survival curve by depth, not one rate: copies are right for long
+stretches or wrong from the first token, so a rate pooled over depths, lifted by a few long
+copies, would overrate the first tokens of every other proposal. So lookup and suffix are judged
+while plain passes run, and chosen once their recent proposals have been right, as far as the
+draft reaches, often enough to pay on this curve.
 
 Exactness: the choice reads the context, the trace and the fixed curve, never the clock nor the
 step's own random draws, so :func:`~spec_decode.core.generate.planned_step` stays exact; the
@@ -125,11 +130,13 @@ class AutoPlanner:
             if name == self.model:
                 continue
             proposals[name] = drafter.propose_tokens(context, cap)
-            beta = counterfactual_alpha(
-                trace, name, self.prior_alpha, self.prior_weight, self.memory
+            survival = counterfactual_survival(
+                trace, name, len(proposals[name]), self.prior_alpha, self.prior_weight, self.memory
             )
-            for j in range(1, len(proposals[name]) + 1):
-                rate = expected_tokens_per_pass(beta, j) / self.costs.target(j + 1)
+            expected = 1.0
+            for j, surviving in enumerate(survival, start=1):
+                expected += surviving
+                rate = expected / self.costs.target(j + 1)
                 if rate > best_rate:
                     best, best_rate = (name, j), rate
         if self.model is not None:
@@ -159,24 +166,44 @@ def draft_model_can_pay(
     )
 
 
-def counterfactual_alpha(
-    trace: Trace, name: str, prior_alpha: float, prior_weight: float, last_steps: int
-) -> float:
-    """Posterior mean acceptance of deterministic drafter ``name`` over the last ``last_steps``
-    steps, from what it proposed at each step's start against the tokens emitted since.
+def counterfactual_survival(
+    trace: Trace,
+    name: str,
+    depth: int,
+    prior_alpha: float,
+    prior_weight: float,
+    last_steps: int,
+) -> list[float]:
+    """S(1), ..., S(``depth``): for deterministic drafter ``name``, the posterior mean chance that
+    the first i tokens of a proposal are all accepted, from what it proposed at each of the last
+    ``last_steps`` steps against the tokens emitted since.
 
-    A proposal whose first m tokens match what was emitted holds m successes, and one failure if
-    the next emitted token is known and differs; tokens not yet emitted are not counted. When
-    the drafter was used, this is exactly its verification outcome.
+    A past proposal of length L whose first m tokens match what was emitted says, for each depth
+    i <= L: accepted if i <= m; rejected if the token after the m matches is known and differs;
+    nothing yet if it has not been emitted. Each S(i) is a Beta posterior mean with prior mean
+    ``prior_alpha ** i`` and weight ``prior_weight``, and the curve is made non-increasing (a
+    longer prefix can never be likelier to survive). When the drafter was used, each step's
+    outcome is exactly its verification outcome.
     """
-    accepted = trials = 0
+    accepted = [0] * depth
+    known = [0] * depth
     for i in range(max(0, trace.target_passes - last_steps), trace.target_passes):
         proposal = trace.proposals[i].get(name, ())
         emitted = trace.tokens[trace.starts[i] : trace.starts[i] + len(proposal)]
         matched = leading_matches(proposal, emitted)
-        accepted += matched
-        trials += matched + (matched < len(emitted))
-    return (accepted + prior_alpha * prior_weight) / (trials + prior_weight)
+        missed = matched < len(emitted)  # the token after the matches is known and differs
+        for d in range(min(depth, len(proposal))):
+            if d < matched:
+                accepted[d] += 1
+                known[d] += 1
+            elif missed:
+                known[d] += 1
+    survival, bound = [], 1.0
+    for d in range(depth):
+        mean = (accepted[d] + prior_alpha ** (d + 1) * prior_weight) / (known[d] + prior_weight)
+        bound = min(bound, mean)
+        survival.append(bound)
+    return survival
 
 
 def auto_planner(
