@@ -24,17 +24,19 @@ class CostCurve:
 
     ``sizes`` are the measured block lengths (strictly increasing, from 1), ``seconds`` the pass
     time at each; ``draft_seconds`` is one draft-model token (``None`` without a draft model).
-    A pass is taken to cost at least as much as any shorter one: the measurements are replaced
-    by the closest non-decreasing sequence (a dip or spike from a median disturbed by other load
-    would otherwise invite longer drafts); between measured
-    sizes the cost is interpolated linearly, beyond the largest it grows at the mean slope of
-    the upper half of the measurements (never negative).
+    The measured times are used as they are, dips included: a longer pass can be cheaper than a
+    shorter one (on a CPU, llama.cpp's batch kernels work in tiles of 8 or 16 rows, and a block
+    of 16 tokens costs less than one of 12 or 17), and the auto policy should then choose it.
+    Calibration keeps only quiet measurements (:mod:`spec_decode.backends.calibration`), so a
+    dip is the machine's, not noise. Between measured sizes the cost is interpolated linearly,
+    beyond the largest it grows at the mean slope of the upper half of the measurements (never
+    negative).
     """
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
     draft_seconds: float | None = None
-    _monotone: np.ndarray = field(init=False, repr=False, compare=False)
+    _array: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         sizes, seconds = tuple(int(n) for n in self.sizes), tuple(float(s) for s in self.seconds)
@@ -52,8 +54,8 @@ class CostCurve:
         draft = self.draft_seconds
         if draft is not None and not (math.isfinite(draft) and draft >= 0):
             raise ValueError(f"draft_seconds must be finite and >= 0, got {draft}")
-        # computed once: the auto policy reads the curve for every candidate k of every step
-        object.__setattr__(self, "_monotone", _pooled(seconds))
+        # made once: the auto policy reads the curve for every candidate k of every step
+        object.__setattr__(self, "_array", np.array(seconds))
 
     @classmethod
     def from_passes(cls, seconds: Sequence[float], draft_seconds: float | None = None) -> CostCurve:
@@ -67,28 +69,15 @@ class CostCurve:
             raise ValueError(f"a target pass scores at least 1 token, got {n_tokens}")
         last = self.sizes[-1]
         if n_tokens <= last:
-            return float(np.interp(n_tokens, self.sizes, self._monotone))
+            return float(np.interp(n_tokens, self.sizes, self._array))
         if len(self.sizes) == 1:
             slope = self.seconds[0]  # one point: assume cost proportional to tokens
         else:
             half = (len(self.sizes) - 1) // 2
             slope = (self.seconds[-1] - self.seconds[half]) / (last - self.sizes[half])
-        return self._monotone[-1] + max(slope, 0.0) * (n_tokens - last)
+        return self.seconds[-1] + max(slope, 0.0) * (n_tokens - last)
 
     def relative(self, n_tokens: int) -> float:
         """A pass over ``n_tokens`` tokens in units of a one-token pass."""
         return self.target(n_tokens) / self.target(1)
 
-
-def _pooled(seconds: Sequence[float]) -> np.ndarray:
-    """The closest non-decreasing sequence to ``seconds`` in least squares (pool adjacent
-    violators): a spike is averaged with its neighbours rather than lifting every longer pass
-    to its height."""
-    blocks: list[list[float]] = []  # [sum, count] of each pooled run
-    for value in seconds:
-        blocks.append([value, 1])
-        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
-            total, count = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += count
-    return np.concatenate([np.full(int(count), total / count) for total, count in blocks])
