@@ -115,30 +115,30 @@ def test_free_proposals_are_judged_by_what_was_emitted_since():
     assert auto.plan(FRESH, right, 16)[:2] == ("", 0)  # nothing to propose: plain pass
 
 
-def test_counterfactual_survival_counts_matches_and_the_first_miss_by_depth():
+def test_counterfactual_survival_counts_first_tokens_and_continuations():
     trace = Trace()
     trace.record(Step([4], proposals={"lookup": [4, 5, 6]}))  # then 5, then 9: 2 hits, 1 miss
     trace.record(Step([5, 9]))
-    trace.record(Step([1], proposals={"lookup": [1, 2]}))  # 1 hit, then nothing emitted yet
-    # depth 1: 2 of 2; depth 2: 1 of 1 (the second proposal's is not known yet); depth 3: 0 of 1
+    trace.record(Step([1], proposals={"lookup": [1, 2]}))  # 1 hit, then 3: 1 miss
+    trace.record(Step([3], proposals={"lookup": [7, 8]}))  # first token wrong, then nothing yet
+    # first tokens: 2 right of 3; continuations: 1 right (5), 2 wrong (6 against 9, 2 against 3)
+    a, b = (2 + 1) / (3 + 2), (1 + 1) / (3 + 2)
     assert counterfactual_survival(trace, "lookup", 3, 0.5, 2.0, 32) == pytest.approx(
-        [(2 + 1) / (2 + 2), (1 + 0.5) / (1 + 2), (0 + 0.25) / (1 + 2)]
+        [a, a * b, a * b * b]
     )
-    assert counterfactual_survival(trace, "lookup", 3, 0.5, 2.0, 1) == pytest.approx(
-        [(1 + 1) / (1 + 2), 0.25, 0.125]
-    )
+    # the last two steps only: first tokens 1 of 2, continuations 0 of 1
+    a, b = (1 + 1) / (2 + 2), (0 + 1) / (1 + 2)
+    assert counterfactual_survival(trace, "lookup", 2, 0.5, 2.0, 2) == pytest.approx([a, a * b])
     assert counterfactual_survival(trace, "suffix", 2, 0.5, 2.0, 32) == [0.5, 0.25]
 
 
-def test_survival_never_rises_with_depth():
-    trace = Trace()
-    for _ in range(3):  # three one-token proposals, all wrong
-        trace.record(Step([1], proposals={"lookup": [2]}))
-    trace.record(Step([1, 2, 3], proposals={"lookup": [1, 2]}))  # one two-token copy, right
-    trace.record(Step([4]))
-    s1, s2 = counterfactual_survival(trace, "lookup", 2, 0.5, 2.0, 32)
-    assert s1 == pytest.approx((1 + 1) / (4 + 2))
-    assert s2 == s1 < (1 + 0.5) / (1 + 2)  # the depth-2 posterior alone would be higher
+def test_survival_reaches_past_what_plain_passes_have_shown():
+    """Eight plain passes through a copy show at most 8 tokens of each proposal: the estimate
+    still vouches for a 16-token draft (a rate per depth would know nothing past depth 8)."""
+    text = list(range(10, 40))
+    trace = watched(text[:8], 16, right=True)
+    survival = counterfactual_survival(trace, "lookup", 16, 0.5, 2.0, 8)
+    assert survival[15] > 0.5
 
 
 def test_a_long_copy_does_not_vouch_for_first_tokens_that_keep_missing():

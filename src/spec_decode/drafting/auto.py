@@ -27,9 +27,8 @@ not a heuristic: whatever the policy did, the output is distributed as target-on
 the next emitted token equals a proposed token x with probability p(x), which is exactly the
 chance the exact rule accepts a one-hot draft of x; the same holds token by token along the
 proposal, so "the first i tokens would all have been accepted" is "the first i emitted tokens
-equal them". Its estimate is a survival curve by depth, not one rate: copies are right for long
-stretches or wrong from the first token, so a rate pooled over depths, lifted by a few long
-copies, would overrate the first tokens of every other proposal. So lookup and suffix are judged
+equal them". Its estimate is a survival curve by depth from two rates, the first token's and each
+later token's (:func:`counterfactual_survival`). So lookup and suffix are judged
 while plain passes run, and chosen once their recent proposals have been right, as far as the
 draft reaches, often enough to pay on this curve.
 
@@ -174,36 +173,41 @@ def counterfactual_survival(
     prior_weight: float,
     last_steps: int,
 ) -> list[float]:
-    """S(1), ..., S(``depth``): for deterministic drafter ``name``, the posterior mean chance that
-    the first i tokens of a proposal are all accepted, from what it proposed at each of the last
+    """S(1), ..., S(``depth``): for deterministic drafter ``name``, the estimated chance that the
+    first i tokens of a proposal are all accepted, from what it proposed at each of the last
     ``last_steps`` steps against the tokens emitted since.
 
-    A past proposal of length L whose first m tokens match what was emitted says, for each depth
-    i <= L: accepted if i <= m; rejected if the token after the m matches is known and differs;
-    nothing yet if it has not been emitted. Each S(i) is a Beta posterior mean with prior mean
-    ``prior_alpha ** i`` and weight ``prior_weight``, and the curve is made non-increasing (a
-    longer prefix can never be likelier to survive). When the drafter was used, each step's
-    outcome is exactly its verification outcome.
+    S(i) = a * b ** (i - 1): a is the chance that a proposal's first token is right, b that a
+    token is right after the ones before it were. Two rates, not one, because copies are right
+    for long stretches or wrong from the first token (one rate pooled over depths, lifted by a
+    few long copies, would overrate every other proposal's first token); not a free rate per
+    depth, because a few plain passes only show how the first few tokens of each proposal fared
+    (a rate per depth knows nothing beyond them, and long drafts would never be tried).
+
+    A past proposal whose first m tokens match what was emitted holds, if m >= 1, a right first
+    token and m - 1 right continuations, plus one wrong continuation if the token after the m is
+    known and differs; if m = 0, a wrong first token once that token is known. Tokens not yet
+    emitted are not counted. a and b are Beta posterior means with prior mean ``prior_alpha``
+    and weight ``prior_weight``. When the drafter was used, each step's outcome is exactly its
+    verification outcome.
     """
-    accepted = [0] * depth
-    known = [0] * depth
+    first = first_known = later = later_known = 0
     for i in range(max(0, trace.target_passes - last_steps), trace.target_passes):
         proposal = trace.proposals[i].get(name, ())
         emitted = trace.tokens[trace.starts[i] : trace.starts[i] + len(proposal)]
         matched = leading_matches(proposal, emitted)
         missed = matched < len(emitted)  # the token after the matches is known and differs
-        for d in range(min(depth, len(proposal))):
-            if d < matched:
-                accepted[d] += 1
-                known[d] += 1
-            elif missed:
-                known[d] += 1
-    survival, bound = [], 1.0
-    for d in range(depth):
-        mean = (accepted[d] + prior_alpha ** (d + 1) * prior_weight) / (known[d] + prior_weight)
-        bound = min(bound, mean)
-        survival.append(bound)
-    return survival
+        if matched:
+            first += 1
+            first_known += 1
+            later += matched - 1
+            later_known += matched - 1 + missed
+        elif missed:
+            first_known += 1
+    prior = prior_alpha * prior_weight
+    a = (first + prior) / (first_known + prior_weight)
+    b = (later + prior) / (later_known + prior_weight)
+    return [a * b**i for i in range(depth)]
 
 
 def auto_planner(
