@@ -80,4 +80,3 @@ class CostCurve:
     def relative(self, n_tokens: int) -> float:
         """A pass over ``n_tokens`` tokens in units of a one-token pass."""
         return self.target(n_tokens) / self.target(1)
-
