@@ -132,12 +132,24 @@ def test_counterfactual_survival_counts_first_tokens_and_continuations():
     assert counterfactual_survival(trace, "suffix", 2, 0.5, 2.0, 32) == [0.5, 0.25]
 
 
+def test_each_emitted_token_counts_once_as_a_continuation():
+    """Overlapping proposals of one copy (the same text shifted by a token) judge each emitted
+    token once, for the first proposal that reached it."""
+    trace = Trace()
+    for token, proposal in ((1, [1, 2, 3]), (2, [2, 3, 4]), (3, [3, 4, 5]), (4, [])):
+        trace.record(Step([token], proposals={"lookup": proposal} if proposal else {}))
+    # first tokens: 3 of 3; continuations: positions 1, 2 (first proposal), 3 (second), none new
+    a, b = (3 + 1) / (3 + 2), (3 + 1) / (3 + 2)
+    assert counterfactual_survival(trace, "lookup", 2, 0.5, 2.0, 32) == pytest.approx([a, a * b])
+
+
 def test_survival_reaches_past_what_plain_passes_have_shown():
-    """Eight plain passes through a copy show at most 8 tokens of each proposal: the estimate
-    still vouches for a 16-token draft (a rate per depth would know nothing past depth 8)."""
-    text = list(range(10, 40))
-    trace = watched(text[:8], 16, right=True)
-    survival = counterfactual_survival(trace, "lookup", 16, 0.5, 2.0, 8)
+    """32 plain passes through a copy show each proposal's first tokens and one more token each:
+    the estimate vouches for a 16-token draft (a rate per depth would know little past the
+    depths seen, and long drafts would never be tried)."""
+    text = list(range(10, 60))
+    trace = watched(text[:32], 16, right=True)
+    survival = counterfactual_survival(trace, "lookup", 16, 0.5, 2.0, 32)
     assert survival[15] > 0.5
 
 
@@ -179,6 +191,7 @@ def test_the_cap_and_the_last_step_are_respected():
         ({"model": "draft"}, "not among"),
         ({"k_max": -1}, "k_max"),
         ({"memory": 0}, "memory"),
+        ({"copy_memory": 0}, "copy_memory"),
         ({"margin": -0.1}, "margin"),
         ({"prior_alpha": 1.5}, "prior_alpha"),
     ],

@@ -18,7 +18,7 @@ costs a large fraction of a target token and a 2-token pass far more than a 1-to
 no acceptance rate makes the draft model pay, and it is never chosen
 (:func:`draft_model_can_pay`).
 
-Acceptance is estimated over the last ``memory`` steps, with a Beta prior. For the draft model it
+Acceptance is estimated over recent steps, with a Beta prior. For the draft model it
 is one rate, from the drafts it actually had verified
 (:func:`~spec_decode.drafting.policies.estimated_alpha`). A deterministic drafter needs no trial
 at all: every step records what it would have proposed (``Step.proposals``), and the tokens
@@ -74,7 +74,10 @@ class AutoPlanner:
     prior_alpha, prior_weight
         The Beta prior of every drafter's acceptance: mean and weight in trials.
     memory
-        Only the last ``memory`` steps inform the acceptance estimates.
+        Only the last ``memory`` steps inform the draft model's acceptance estimate.
+    copy_memory
+        Only the last ``copy_memory`` steps inform a deterministic drafter's (longer: each emitted
+        token is evidence once, see :func:`counterfactual_survival`, so a plain pass adds little).
     margin
         Draft only when the best option's expected rate beats a plain pass by this fraction:
         estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
@@ -88,6 +91,7 @@ class AutoPlanner:
     prior_alpha: float = 0.5
     prior_weight: float = 2.0
     memory: int = 8
+    copy_memory: int = 32
     margin: float = MARGIN
 
     def __post_init__(self) -> None:
@@ -101,10 +105,10 @@ class AutoPlanner:
                 raise ValueError(f"the model drafter {self.model!r} is not among the drafters")
             if self.costs.draft_seconds is None:
                 raise ValueError("a draft model needs costs.draft_seconds")
-        if self.k_max < 0 or self.memory < 1 or self.margin < 0:
+        if self.k_max < 0 or min(self.memory, self.copy_memory) < 1 or self.margin < 0:
             raise ValueError(
-                f"need k_max >= 0, memory >= 1 and margin >= 0, got {self.k_max}, "
-                f"{self.memory}, {self.margin}"
+                f"need k_max >= 0, memory and copy_memory >= 1 and margin >= 0, got "
+                f"{self.k_max}, {self.memory}, {self.copy_memory}, {self.margin}"
             )
         if not 0 <= self.prior_alpha <= 1 or not self.prior_weight > 0:
             raise ValueError(
@@ -130,7 +134,12 @@ class AutoPlanner:
                 continue
             proposals[name] = drafter.propose_tokens(context, cap)
             survival = counterfactual_survival(
-                trace, name, len(proposals[name]), self.prior_alpha, self.prior_weight, self.memory
+                trace,
+                name,
+                len(proposals[name]),
+                self.prior_alpha,
+                self.prior_weight,
+                self.copy_memory,
             )
             expected = 1.0
             for j, surviving in enumerate(survival, start=1):
@@ -184,24 +193,33 @@ def counterfactual_survival(
     depth, because a few plain passes only show how the first few tokens of each proposal fared
     (a rate per depth knows nothing beyond them, and long drafts would never be tried).
 
-    A past proposal whose first m tokens match what was emitted holds, if m >= 1, a right first
-    token and m - 1 right continuations, plus one wrong continuation if the token after the m is
-    known and differs; if m = 0, a wrong first token once that token is known. Tokens not yet
-    emitted are not counted. a and b are Beta posterior means with prior mean ``prior_alpha``
-    and weight ``prior_weight``. When the drafter was used, each step's outcome is exactly its
-    verification outcome.
+    A step's proposal whose first m tokens match what was emitted from the step's start holds a
+    right first token if m >= 1 (a wrong one if m = 0 and that token is known), then m - 1 right
+    continuations and one wrong if the token after the m is known and differs. Each emitted
+    token counts once as a continuation, for the first proposal in the window that reached it:
+    consecutive proposals during a copy are the same text shifted by a token, and counting
+    their overlap again and again made eight plain passes through one copy outweigh every miss
+    of the drafts that followed. Tokens not yet emitted are not counted. a and b are Beta
+    posterior means with prior mean ``prior_alpha`` and weight ``prior_weight``. When the
+    drafter was used, each step's outcome is exactly its verification outcome.
     """
     first = first_known = later = later_known = 0
+    judged = -1  # the last emitted position counted as a continuation
     for i in range(max(0, trace.target_passes - last_steps), trace.target_passes):
         proposal = trace.proposals[i].get(name, ())
-        emitted = trace.tokens[trace.starts[i] : trace.starts[i] + len(proposal)]
+        start = trace.starts[i]
+        emitted = trace.tokens[start : start + len(proposal)]
         matched = leading_matches(proposal, emitted)
         missed = matched < len(emitted)  # the token after the matches is known and differs
         if matched:
             first += 1
             first_known += 1
-            later += matched - 1
-            later_known += matched - 1 + missed
+            # continuations: positions start+1 .. start+matched-1 right, start+matched wrong
+            begin = max(start + 1, judged + 1)
+            last_right, last_known = start + matched - 1, start + matched - 1 + missed
+            later += max(0, last_right - begin + 1)
+            later_known += max(0, last_known - begin + 1)
+            judged = max(judged, last_known)
         elif missed:
             first_known += 1
     prior = prior_alpha * prior_weight
