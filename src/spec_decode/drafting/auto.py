@@ -203,6 +203,8 @@ def counterfactual_survival(
     posterior means with prior mean ``prior_alpha`` and weight ``prior_weight``. When the
     drafter was used, each step's outcome is exactly its verification outcome.
     """
+    if depth == 0:
+        return []  # nothing proposed now: no need to read the window (the planner asks every step)
     first = first_known = later = later_known = 0
     judged = -1  # the last emitted position counted as a continuation
     for i in range(max(0, trace.target_passes - last_steps), trace.target_passes):

@@ -27,8 +27,9 @@ class CostCurve:
     The measured times are used as they are, dips included: a longer pass can be cheaper than a
     shorter one (on a CPU, llama.cpp's batch kernels work in tiles of 8 or 16 rows, and a block
     of 16 tokens costs less than one of 12 or 17), and the auto policy should then choose it.
-    Calibration keeps only quiet measurements (:mod:`spec_decode.backends.calibration`), so a
-    dip is the machine's, not noise. Between measured sizes the cost is interpolated linearly,
+    Calibration measures a disturbed curve again and keeps the quietest attempt
+    (:mod:`spec_decode.backends.calibration`), so a dip that remains is most likely the
+    machine's. Between measured sizes the cost is interpolated linearly,
     beyond the largest it grows at the mean slope of the upper half of the measurements (never
     negative).
     """
