@@ -18,6 +18,7 @@ from spec_decode.core.models import Model
 from spec_decode.core.protocols import Drafter
 from spec_decode.core.trace import Step
 from spec_decode.drafting.auto import (
+    LONG_MATCH,
     AutoPlanner,
     auto_planner,
     counterfactual_survival,
@@ -310,12 +311,41 @@ def test_the_model_estimate_counts_only_its_own_recent_steps():
 
 
 def test_lookup_and_suffix_propose_as_far_as_the_step_may_draft():
-    """Both copy drafters reach k_max, up to the longest pass the curve measured (17 tokens on
+    """Every copy drafter reaches k_max, up to the longest pass the curve measured (17 tokens on
     FLAT: 16 drafts; 33 on ``long``: 32): prompt lookup's own default of 10 tokens would cut long
     copies short on a build with long exact blocks."""
-    context = list(range(40)) * 2 + list(range(5))  # the continuation is known for 35 tokens
+    context = list(range(50)) * 2 + list(range(10))  # the continuation is known for 40 tokens
     long = CostCurve((1, 33), (0.010, 0.010))
     for costs, k_max, reach in ((FLAT, 4, 4), (FLAT, 16, 16), (FLAT, 48, 16), (long, 48, 32)):
         auto = auto_planner(costs, 64, k_max=k_max)
-        for name in ("lookup", "suffix"):
+        for name in ("lookup", "suffix", "long_lookup"):
             assert len(auto.drafters[name].propose_tokens(context, k_max)) == reach, (name, k_max)
+
+
+def test_a_long_match_is_judged_on_its_own_record():
+    """Short matches that kept missing do not hold back a copy resumed on a long match: the
+    long-match lookup proposes only after LONG_MATCH tokens match, and its estimate reads its
+    own proposals only."""
+    auto = auto_planner(CPU, 64, k_max=16)
+    text = list(range(20, 40))
+    context = [*text, 60, 61, 62, *text[:LONG_MATCH]]  # rejoins the text after a change
+    assert auto.drafters["long_lookup"].propose_tokens(context, 16) == [
+        28,
+        29,
+        *range(30, 40),
+        60,
+        61,
+        62,
+        20,
+    ]
+    assert auto.drafters["long_lookup"].propose_tokens(context[:-1], 16) == []  # 7 tokens match
+    trace = Trace()
+    emitted = list(range(100, 132))  # short matches wrong from the first token, long ones right
+    for i, token in enumerate(emitted):
+        trace.record(
+            Step([token], proposals={"lookup": [7] * 4, "long_lookup": emitted[i : i + 4]})
+        )
+    assert auto.plan(context, trace, 16)[:2] == ("long_lookup", 16)
+    for step in trace.proposals:
+        step["long_lookup"] = step["lookup"]  # the same record for both: neither pays
+    assert auto.plan(context, trace, 16)[:2] == ("", 0)

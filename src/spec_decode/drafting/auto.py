@@ -52,6 +52,8 @@ from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
 #: How much better than a plain pass an option's expected rate must be to be chosen.
 MARGIN = 0.1
+#: The match length from which prompt lookup's proposals are judged apart from shorter matches'.
+LONG_MATCH = 8
 
 
 @dataclass(frozen=True)
@@ -237,17 +239,26 @@ def auto_planner(
     k_max: int = 16,
     history: SuffixHistory | None = None,
 ) -> AutoPlanner:
-    """The default auto planner: prompt lookup and the suffix drafter (reading ``history``, the
-    earlier requests' sequences, when given), plus ``model_drafter`` (named "draft") when given,
-    drafting at most ``k_max`` tokens a step. Lookup and suffix match at least 2 tokens: a
-    one-token match is right too rarely to pay (see
-    :class:`~spec_decode.drafting.suffix.SuffixDrafter`), and propose no further than the
-    longest pass ``costs`` measured: beyond it the cost is extrapolated, not known."""
+    """The default auto planner: prompt lookup of short and of long matches, the suffix drafter
+    (reading ``history``, the earlier requests' sequences, when given), plus ``model_drafter``
+    (named "draft") when given, drafting at most ``k_max`` tokens a step.
+
+    Lookup and suffix match at least 2 tokens: a one-token match is right too rarely to pay (see
+    :class:`~spec_decode.drafting.suffix.SuffixDrafter`). "long_lookup" proposes only after a
+    match of :data:`LONG_MATCH` tokens and is judged on its own record: where the output is
+    re-emitting text verbatim (an edit returning the whole code), a long match continues right
+    far more often than the short matches whose mixed record the planner would otherwise
+    apply, so the copy resumes as soon as the output rejoins the text after a change. All
+    propose no further than the longest pass ``costs`` measured: beyond it the cost is
+    extrapolated, not known."""
     longest = max(1, min(k_max, costs.sizes[-1] - 1))
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(vocab_size, min_ngram=2, max_tokens=longest),
         "suffix": SuffixDrafter(
             vocab_size, max_match=8, max_tokens=longest, min_match=2, history=history
+        ),
+        "long_lookup": PromptLookupDrafter(
+            vocab_size, min_ngram=LONG_MATCH, max_ngram=LONG_MATCH, max_tokens=longest
         ),
     }
     if model_drafter is not None:
