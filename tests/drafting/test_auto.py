@@ -327,17 +327,10 @@ def test_a_long_match_is_judged_on_its_own_record():
     long-match lookup proposes only after LONG_MATCH tokens match, and its estimate reads its
     own proposals only."""
     auto = auto_planner(CPU, 64, k_max=16)
-    text = list(range(20, 40))
-    context = [*text, 60, 61, 62, *text[:LONG_MATCH]]  # rejoins the text after a change
-    assert auto.drafters["long_lookup"].propose_tokens(context, 16) == [
-        28,
-        29,
-        *range(30, 40),
-        60,
-        61,
-        62,
-        20,
-    ]
+    text, change = list(range(20, 40)), [60, 61, 62]
+    context = [*text, *change, *text[:LONG_MATCH]]  # rejoins the text after a change
+    copy = [*text[LONG_MATCH:], *change, text[0]]  # what followed the match, 16 tokens
+    assert auto.drafters["long_lookup"].propose_tokens(context, 16) == copy
     assert auto.drafters["long_lookup"].propose_tokens(context[:-1], 16) == []  # 7 tokens match
     trace = Trace()
     emitted = list(range(100, 132))  # short matches wrong from the first token, long ones right
