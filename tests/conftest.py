@@ -8,9 +8,12 @@ import pytest
 
 from spec_decode import draft_from_target, random_markov
 
-with contextlib.suppress(ImportError):  # no [llama] extra
-    # first, so that every test runs the llama.cpp libraries the CLI would load
-    import spec_decode.backends.llamacpp  # noqa: F401
+with contextlib.suppress(ModuleNotFoundError):  # no [llama] extra
+    from spec_decode.backends.llamacpp.library import load
+
+    # before the private cache below: every test (and every process a test starts, which
+    # inherits LLAMA_CPP_LIB_PATH) runs the llama.cpp libraries the CLI would load
+    load()
 
 
 @pytest.fixture(autouse=True, scope="session")

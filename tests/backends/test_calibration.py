@@ -25,6 +25,9 @@ class Clock:
 
 
 CLOCK = Clock()
+#: How many block sizes a default calibration times.
+SIZES = len(calibration.BLOCK_SIZES)
+SIZE_LIST = list(calibration.BLOCK_SIZES)
 
 
 class CountingModel:
@@ -130,7 +133,7 @@ def test_cost_curve_takes_the_draft_as_one_token_passes(model, tmp_path):
     weights.write_bytes(b"01")
     draft = CountingModel(weights)
     curve = calibration.cost_curve("llama.cpp", model, draft)
-    assert curve.sizes == tuple(range(1, calibration.MAX_BLOCK + 1))
+    assert curve.sizes == calibration.BLOCK_SIZES
     assert curve.draft_seconds is not None and draft.blocks == [1, 1, 1, 1]
 
 
@@ -225,11 +228,11 @@ def test_a_draft_cost_above_a_target_pass_is_not_believed_before_loading(model):
 
 
 def test_a_noisy_measurement_is_repeated(model, caplog):
-    # the first attempt (a warm-up, then 3 rounds of 17 sizes): two of its rounds disturbed
-    model.delays = [0.0] + [0.05] * 34 + [0.0] * 17
+    # the first attempt (a warm-up, then 3 rounds of every size): two of its rounds disturbed
+    model.delays = [0.0] + [0.05] * 2 * SIZES + [0.0] * SIZES
     seconds, cached = calibration.pass_seconds("llama.cpp", model)
     assert not cached and seconds[0] == pytest.approx(0.01)  # the quiet second attempt
-    assert len(model.blocks) == 2 * (1 + 3 * 17) and "busy" not in caplog.text
+    assert len(model.blocks) == 2 * (1 + 3 * SIZES) and "busy" not in caplog.text
     stored = json.loads(calibration.calibration_file(model_key(model)).read_text())
     assert stored["spread"] == 0
 
@@ -252,11 +255,13 @@ def test_a_measurement_that_never_settles_is_kept_with_a_warning(model, caplog):
 def test_a_stale_entry_is_not_replaced_by_a_disturbed_measurement(model, caplog):
     key = model_key(model)
     file = calibration.calibration_file(key)
-    write_entry(file, key, {"seconds": [0.001] * 17})  # quiet then, 10x slower now
+    write_entry(
+        file, key, {"seconds": [0.001] * SIZES, "sizes": SIZE_LIST}
+    )  # quiet then, 10x slower now
     model.delays = [0.0] * 3 + [0.05, 0.05, 0.0] * 1000  # the check, then every attempt busy
     seconds, cached = calibration.pass_seconds("llama.cpp", model)
     assert not cached and seconds[0] > 0.001 and "stale" in caplog.text and "busy" in caplog.text
-    assert json.loads(file.read_text())["seconds"] == [0.001] * 17
+    assert json.loads(file.read_text())["seconds"] == [0.001] * SIZES
 
 
 def test_a_calibration_that_cannot_be_stored_is_used_and_reported(model, monkeypatch, caplog):
@@ -275,7 +280,11 @@ def model_key(model):
 @pytest.mark.parametrize(("cached", "stale"), [(0.01, False), (0.02, False), (3.16, True)])
 def test_a_cached_curve_is_checked_against_a_pass_timed_now(model, caplog, cached, stale):
     key = model_key(model)
-    write_entry(calibration.calibration_file(key), key, {"seconds": [cached] * 17})
+    write_entry(
+        calibration.calibration_file(key),
+        key,
+        {"seconds": [cached] * SIZES, "sizes": SIZE_LIST},
+    )
     seconds, from_cache = calibration.pass_seconds("llama.cpp", model)
     assert from_cache is not stale and ("stale" in caplog.text) is stale
     assert seconds[0] == pytest.approx(0.01 if stale else cached)
@@ -386,7 +395,11 @@ def test_calibrate_command_prints_caches_and_plots(
     result = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "curve.png")])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert payload["backend"] == "transformers" and payload["block_sizes"] == list(range(1, 18))
+    assert payload["backend"] == "transformers" and payload["block_sizes"] == [
+        *range(1, 18),
+        24,
+        32,
+    ]
     assert payload["relative"][0] == 1.0 and payload["draft_ms_per_token"] > 0
     assert (tmp_path / "curve.png").stat().st_size > 0
     files = sorted((tmp_path / "cache" / "calibration").glob("*.json"))

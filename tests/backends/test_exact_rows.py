@@ -39,6 +39,7 @@ from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
     kernels_status,
     patched_exact_rows,
 )
+from spec_decode.backends.llamacpp.library import own_library_folder  # noqa: E402
 from spec_decode.certify.identity import identity_certificate, target_only_run  # noqa: E402
 from spec_decode.core.coupled import coupled_rule  # noqa: E402
 from spec_decode.drafting.speculative import generate_speculative  # noqa: E402
@@ -194,6 +195,10 @@ def test_one_thread_and_two_threads_agree(kquant_gguf):
     assert all(not r["rows"] for r in result.values()), result
 
 
+@pytest.mark.skipif(
+    own_library_folder() is None,
+    reason="llama-cpp-python was installed without its own (stock) libraries",
+)
 def test_the_check_fails_on_the_stock_build(kquant_gguf):
     """On llama-cpp-python's own libraries the same check finds rows that differ: blocks of 2-3
     are exact there (the GEMV), blocks of 4 and more are not."""

@@ -6,8 +6,9 @@ The auto policy (:mod:`spec_decode.drafting.auto`) decides from a
 anything else: on a few CPU cores a 17-token pass costs several one-token passes, on a GPU about
 one. So the curve is measured where it is used, the way it is used: on a warm cache, each call
 scores the last committed token plus n - 1 new ones (exactly a verification pass), for n = 1 ..
-``max_block``, sizes interleaved over ``repetitions`` rounds, median per size. A draft token costs
-one one-token pass of the draft model.
+``max_block`` (every length to 17, where llama.cpp's tiles of 8 and 16 rows make dips, then every
+8th to 64: :data:`BLOCK_SIZES`), sizes interleaved over ``repetitions`` rounds, median per size.
+A draft token costs one one-token pass of the draft model.
 
 Results are cached as JSON under the user cache directory (``$SPEC_DECODE_CACHE/calibration`` or
 the platform's, beside the models), one file per model, keyed by backend, model path and size on
@@ -47,8 +48,11 @@ from spec_decode.backends.cache import atomic_write_text, calibration_root
 from spec_decode.core.models import Model, score
 from spec_decode.drafting.costs import CostCurve
 
-#: Block lengths 1..MAX_BLOCK are measured by default (a pass over 17 tokens: k = 16).
-MAX_BLOCK = 17
+#: The block lengths measured: each one to 17, then every 8th to 64 (k = 63, the longest block
+#: the exact-rows build scores exactly); the curve interpolates between them.
+BLOCK_SIZES = (*range(1, 18), 24, 32, 40, 48, 56, 64)
+#: The longest block measured by default.
+MAX_BLOCK = BLOCK_SIZES[-1]
 #: The committed context the timed passes extend (long enough to look like a real prompt).
 CONTEXT = 64
 #: A measurement whose median repetition exceeds its fastest by more than this fraction (median
@@ -71,8 +75,25 @@ _clock = time.perf_counter  # the clock every timing reads (tests substitute a s
 _revalidated: set[Path] = set()  # cache files already checked against a timed pass here
 
 
+def block_sizes(max_block: int) -> tuple[int, ...]:
+    """The block lengths measured for a curve up to ``max_block``: :data:`BLOCK_SIZES` up to it,
+    and ``max_block`` itself."""
+    if max_block < 1:
+        raise ValueError(f"need max_block >= 1, got {max_block}")
+    sizes = tuple(n for n in BLOCK_SIZES if n < max_block)
+    return (*sizes, max_block)
+
+
+def longest_block(model: Model) -> int:
+    """The longest block calibrated for ``model``: :data:`MAX_BLOCK`, or half its context window
+    where that is shorter (the timed passes extend a context of their own)."""
+    window = getattr(model, "context_window", None)
+    return MAX_BLOCK if window is None else max(1, min(MAX_BLOCK, int(window) // 2))
+
+
 def measure_passes(model: Model, max_block: int = MAX_BLOCK, repetitions: int = 3) -> list[float]:
-    """Median seconds of a pass scoring n tokens on a warm cache, for n = 1..``max_block``.
+    """Median seconds of a pass scoring n tokens on a warm cache, for each n of
+    :func:`block_sizes` (``max_block``).
 
     The model's cache (if it has ``reset``) is cleared first and filled with a fixed context
     of :data:`CONTEXT` token ids (fewer if the context window is short), untimed.
@@ -151,7 +172,8 @@ def revalidate(
 
 
 def _time_passes(model: Model, max_block: int, repetitions: int) -> list[list[float]]:
-    """Seconds of every repetition of a pass scoring n tokens, for n = 1..``max_block``."""
+    """Seconds of every repetition of a pass scoring n tokens, for each n of
+    :func:`block_sizes` (``max_block``)."""
     if max_block < 1 or repetitions < 1:
         raise ValueError(
             f"need max_block >= 1 and repetitions >= 1, got {max_block}, {repetitions}"
@@ -165,12 +187,13 @@ def _time_passes(model: Model, max_block: int, repetitions: int) -> list[list[fl
     prefix, extra = ids[:context], ids[context:]
     _reset(model)
     score(model, prefix, [])  # untimed: reads the context into the cache, pages weights in
-    times: list[list[float]] = [[] for _ in range(max_block)]
+    sizes = block_sizes(max_block)
+    times: list[list[float]] = [[] for _ in sizes]
     for _ in range(repetitions):
-        for n in range(1, max_block + 1):
+        for i, n in enumerate(sizes):
             start = _clock()
             score(model, prefix, extra[: n - 1])
-            times[n - 1].append(_clock() - start)
+            times[i].append(_clock() - start)
     return times
 
 
@@ -237,13 +260,17 @@ def identity(
 
 
 def cached_seconds(key: dict[str, object], max_block: int = 1) -> list[float] | None:
-    """The cached pass times for n = 1..``max_block`` of the model with this key, or None when
-    there are none, fewer sizes than asked, or the entry is malformed (reported by name)."""
-    file = calibration_file(key)
-    seconds = _read_entry(file, key)
-    if seconds is None or len(seconds) < max_block:
+    """The cached pass times for the :func:`block_sizes` (``max_block``) of the model with this
+    key, or None when there are none, some of those sizes were not measured, or the entry is
+    malformed (reported by name)."""
+    stored = _read_entry(calibration_file(key), key)
+    if stored is None:
         return None
-    return seconds[:max_block]
+    by_size = dict(zip(*stored, strict=True))
+    wanted = block_sizes(max_block)
+    if not all(n in by_size for n in wanted):
+        return None
+    return [by_size[n] for n in wanted]
 
 
 def cached_draft_seconds(key: dict[str, object], curve: CostCurve) -> float | None:
@@ -262,19 +289,21 @@ def pass_seconds(
     backend: str,
     model: Any,
     *,
-    max_block: int = MAX_BLOCK,
+    max_block: int | None = None,
     repetitions: int = 3,
     recalibrate: bool = False,
     check: bool = True,
 ) -> tuple[list[float], bool]:
-    """The model's pass times for n = 1..``max_block`` and whether they came from the cache.
+    """The model's pass times for each n of :func:`block_sizes` (``max_block``) and whether they
+    came from the cache.
 
-    Uses the cached entry for :func:`model_identity` when it has at least ``max_block`` sizes,
+    Uses the cached entry for :func:`model_identity` when it holds those sizes,
     ``recalibrate`` is False and (with ``check``) a one-token pass timed now agrees with it
     (once per process and file); otherwise measures (:func:`measure_quietly`) and stores it,
     except that a disturbed measurement does not replace a valid entry found stale (the machine
     may be busy only now: the entry is checked again on the next run).
     """
+    max_block = longest_block(model) if max_block is None else max_block
     key = model_identity(backend, model)
     file = calibration_file(key)
     cached = None if recalibrate else cached_seconds(key, max_block)
@@ -309,6 +338,7 @@ def pass_seconds(
     entry = {
         "format": _FORMAT,
         "identity": key,
+        "sizes": list(block_sizes(max_block)),
         "seconds": seconds,
         "spread": noise,
         "measured": time.time(),
@@ -330,7 +360,8 @@ def cost_curve(
     recalibrate: bool = False,
     check: bool = True,
 ) -> CostCurve:
-    """The validated cost curve: the target's pass times (1..:data:`MAX_BLOCK`) and the draft's
+    """The validated cost curve: the target's pass times (:func:`block_sizes` up to
+    :func:`longest_block`) and the draft's
     per-token cost, each from the cache (checked against a pass timed now, with ``check``) or
     measured now."""
     seconds, _ = pass_seconds(backend, target, recalibrate=recalibrate, check=check)
@@ -339,7 +370,7 @@ def cost_curve(
         draft_seconds = pass_seconds(
             backend, draft, max_block=1, recalibrate=recalibrate, check=check
         )[0][0]
-    return CostCurve.from_passes(seconds, draft_seconds)
+    return CostCurve(block_sizes(longest_block(target)), tuple(seconds), draft_seconds)
 
 
 def calibration_file(key: dict[str, object]) -> Path:
@@ -348,20 +379,21 @@ def calibration_file(key: dict[str, object]) -> Path:
     return calibration_root() / f"{digest}.json"
 
 
-def _read_entry(file: Path, key: dict[str, object]) -> list[float] | None:
-    """The pass times stored in ``file`` for ``key``; None when there is no file, and None with
-    a warning naming the file when it is malformed in any way (it is then measured again)."""
+def _read_entry(file: Path, key: dict[str, object]) -> tuple[tuple[int, ...], list[float]] | None:
+    """The block sizes and pass times stored in ``file`` for ``key``; None when there is no file,
+    and None with a warning naming the file when it is malformed in any way (it is then
+    measured again)."""
     if not file.exists():
         return None
     problem = _entry_problem(file, key)
-    if isinstance(problem, list):
+    if isinstance(problem, tuple):
         return problem
     log.warning("calibration %s %s; measuring it again", file, problem)
     return None
 
 
-def _entry_problem(file: Path, key: dict[str, object]) -> list[float] | str:
-    """The valid pass times in ``file``, or what is wrong with it."""
+def _entry_problem(file: Path, key: dict[str, object]) -> tuple[tuple[int, ...], list[float]] | str:
+    """The valid block sizes and pass times in ``file``, or what is wrong with it."""
     if not file.is_file():
         return "is a directory, not a file" if file.is_dir() else "is not a regular file"
     try:
@@ -385,7 +417,16 @@ def _entry_problem(file: Path, key: dict[str, object]) -> list[float] | str:
         for s in seconds
     ):
         return f"has pass times that are not finite and > 0: {seconds[:4]}"
-    return [float(s) for s in seconds]
+    sizes = stored.get("sizes", list(range(1, len(seconds) + 1)))  # once every size 1..n
+    if (
+        not isinstance(sizes, list)
+        or len(sizes) != len(seconds)
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in sizes)
+        or sizes != sorted(set(sizes))
+        or sizes[0] != 1
+    ):
+        return "has no increasing list of block sizes, one per pass time"
+    return tuple(sizes), [float(s) for s in seconds]
 
 
 def _size_on_disk(location: Path) -> int | None:

@@ -58,34 +58,29 @@ prefix and its ancestors only. This needs a unified KV cache (``kv_unified``) an
 cache holds the prefix alone.
 
 Pinned and tested with llama-cpp-python 0.3.36.
+
+Importing this package loads no library: :func:`~spec_decode.backends.llamacpp.library.load`
+chooses llama.cpp's libraries when the first model is loaded (the names below are imported on
+first use).
 """
 
-from spec_decode.backends.llamacpp.library import choose_libraries
+from importlib import import_module
 
-choose_libraries()  # before anything imports llama_cpp, which loads its libraries once
+_EXPORTS = {
+    "LlamaCppModel": "model",
+    "load_model": "model",
+    "LlamaCppTokenizer": "tokenizer",
+    "check_pair": "tokenizer",
+    "load_tokenizer": "tokenizer",
+    "build_features": "kernels",
+    "exact_block_size": "kernels",
+    "probabilities": "kernels",
+}
 
-from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
-    build_features,
-    exact_block_size,
-    probabilities,
-)
-from spec_decode.backends.llamacpp.model import (  # noqa: E402
-    LlamaCppModel,
-    load_model,
-)
-from spec_decode.backends.llamacpp.tokenizer import (  # noqa: E402
-    LlamaCppTokenizer,
-    check_pair,
-    load_tokenizer,
-)
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "LlamaCppModel",
-    "LlamaCppTokenizer",
-    "build_features",
-    "check_pair",
-    "exact_block_size",
-    "load_model",
-    "load_tokenizer",
-    "probabilities",
-]
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)

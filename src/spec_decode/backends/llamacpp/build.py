@@ -22,10 +22,17 @@ the activation quantization) is already row-independent.
 
 The source comes from the pinned llama-cpp-python sdist, fetched through pip from the package
 registry (or given as a file) and checked against :data:`SDIST_SHA256`. The libraries land in the
-user cache (:func:`kernels_dir`); point ``LLAMA_CPP_LIB_PATH`` at its ``lib`` folder and
-llama-cpp-python loads them instead of its own. The patched ``libggml-cpu`` exports
-``spec_decode_exact_rows()``, which :mod:`spec_decode.backends.llamacpp.kernels` reads back from the
-library actually loaded; ``build-info.json`` beside the libraries records what was built from what.
+spec-decode cache (:func:`kernels_dir`), one folder per sdist, patch and instruction-set level
+(:func:`isa_level`), so a cache shared by several CPUs never hands one of them a build it cannot
+run; :func:`spec_decode.backends.llamacpp.library.load` checks the recorded flags before loading.
+The patched ``libggml-cpu`` exports ``spec_decode_exact_rows()``, which
+:mod:`spec_decode.backends.llamacpp.kernels` reads back from the library actually loaded;
+``build-info.json`` beside the libraries records what was built from what.
+
+Where the patch cannot be built or does not apply to this CPU (no AVX2, another architecture, a
+failed compile, a build that reports no exact rows), :func:`build` builds the same source
+unpatched instead (``-DGGML_LLAMAFILE=OFF``, native instruction sets): a stock llama.cpp whose
+blocks of up to 3 tokens are exact, so speculation stays exact, only shorter.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from spec_decode.backends.cache import cache_root
+
 SDIST_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
 #: sha256 of the sdist on the registry (checked before anything is unpacked).
@@ -49,14 +58,25 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 #: The llama.cpp commit the sdist vendors (for the record; the sha256 above pins the source).
 LLAMA_CPP_COMMIT = "0c1e570"
 PATCH = Path(__file__).with_name("patches") / "exact-rows.patch"
-#: Environment variable that overrides where the patched build goes.
+#: Environment variable that overrides where the build goes (default: under the cache root).
 KERNELS_ENV = "SPEC_DECODE_KERNELS_DIR"
 BUILD_INFO = "build-info.json"
 #: The targets built: the shared libraries llama-cpp-python loads, nothing else.
 TARGETS = ("llama", "ggml", "ggml-base", "ggml-cpu")
-CMAKE_ARGS = (
+_COMMON_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_BUILD_COMMON=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DCMAKE_BUILD_RPATH=$ORIGIN",  # the copied libraries find each other beside themselves
+)
+#: The fallback: llama.cpp unpatched, as the README once built it (blocks of up to 3 exact).
+STOCK_ARGS = (*_COMMON_ARGS, "-DGGML_NATIVE=ON", "-DGGML_LLAMAFILE=OFF")
+CMAKE_ARGS = (
     # The instruction sets whose kernels the patch makes exact, not the native set (which may
     # take variants the patch never saw). AVX-512 and its VNNI are added where the CPU has them
     # (cmake_args).
@@ -69,19 +89,33 @@ CMAKE_ARGS = (
     "-DGGML_F16C=ON",
     "-DGGML_AVX_VNNI=OFF",  # AVX-VNNI without AVX-512: never checked
     "-DGGML_LLAMAFILE=ON",  # tinyBLAS for f16 at every row count (the patch's third hunk)
-    "-DLLAMA_CURL=OFF",
-    "-DLLAMA_BUILD_COMMON=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_TOOLS=OFF",
-    "-DLLAMA_BUILD_SERVER=OFF",
-    "-DCMAKE_BUILD_RPATH=$ORIGIN",  # the copied libraries find each other beside themselves
+    *_COMMON_ARGS,
 )
 
+#: The CPU flags (as /proc/cpuinfo names them) that :data:`CMAKE_ARGS` compiles for.
+AVX2_FLAGS = frozenset({"sse4_2", "avx", "avx2", "bmi2", "fma", "f16c"})
 #: The CPU flags of the AVX-512 subsets llama.cpp's GGML_AVX512 compiles for.
 AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"})
 #: The CPU flag of AVX-512 VNNI (its integer dot products drive the tiled Q6_K kernel).
 AVX512_VNNI_FLAG = "avx512_vnni"
+
+
+def isa_level(cpu_flags: frozenset[str] | set[str]) -> str | None:
+    """The instruction-set level the exact-rows build compiles for on a CPU with ``cpu_flags``:
+    ``avx512_vnni``, ``avx512`` or ``avx2``; None where the patch does not apply (no AVX2, or
+    not x86)."""
+    flags = set(cpu_flags)
+    if not flags >= AVX2_FLAGS:
+        return None
+    if not flags >= AVX512_FLAGS:
+        return "avx2"
+    return "avx512_vnni" if AVX512_VNNI_FLAG in flags else "avx512"
+
+
+def required_flags(level: str) -> frozenset[str]:
+    """The CPU flags a build of ``level`` (:func:`isa_level`) needs to run."""
+    needed = {"avx2": AVX2_FLAGS, "avx512": AVX2_FLAGS | AVX512_FLAGS}
+    return needed.get(level, AVX2_FLAGS | AVX512_FLAGS | {AVX512_VNNI_FLAG})
 
 
 def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
@@ -89,10 +123,10 @@ def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
     use (``cpu_flags`` as /proc/cpuinfo names them), and AVX-512 VNNI where it has that too: on
     such a CPU these batch kernels are faster than the AVX2 ones (the VNNI tiled kernel most of
     all, for the Q6_K output layer), and the patch covers them."""
-    flags = set(cpu_flags)
-    if not flags >= AVX512_FLAGS:
+    level = isa_level(cpu_flags)
+    if level in (None, "avx2"):
         return CMAKE_ARGS
-    vnni = ("-DGGML_AVX512_VNNI=ON",) if AVX512_VNNI_FLAG in flags else ()
+    vnni = ("-DGGML_AVX512_VNNI=ON",) if level == "avx512_vnni" else ()
     return (*CMAKE_ARGS, "-DGGML_AVX512=ON", *vnni)
 
 
@@ -112,21 +146,29 @@ def patch_sha256() -> str:
     return hashlib.sha256(PATCH.read_bytes()).hexdigest()
 
 
-def kernels_dir() -> Path:
-    """Where the patched build lives: ``$SPEC_DECODE_KERNELS_DIR`` or the user cache, one folder
-    per sdist version and patch content (a changed patch builds afresh)."""
+def build_key(flags: frozenset[str] | set[str]) -> str:
+    """The build folder's name on a CPU with ``flags``: sdist version, patch content and
+    instruction-set level (``native-<hash of the flags>`` where the patch does not apply, since
+    the stock fallback is compiled for exactly this CPU)."""
+    level = isa_level(flags)
+    if level is None:
+        level = "native-" + hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:8]
+    return f"llama-cpp-python-{SDIST_VERSION}-exact-rows-{patch_sha256()[:12]}-{level}"
+
+
+def kernels_dir(flags: frozenset[str] | set[str] | None = None) -> Path:
+    """Where the build for a CPU with ``flags`` (default: this one) lives:
+    ``$SPEC_DECODE_KERNELS_DIR``, else ``kernels/`` under the cache root (``$SPEC_DECODE_CACHE``
+    or the user cache), one folder per :func:`build_key`."""
     override = os.environ.get(KERNELS_ENV)
     if override:
-        return Path(override)
-    import platformdirs
-
-    name = f"llama-cpp-python-{SDIST_VERSION}-exact-rows-{patch_sha256()[:12]}"
-    return platformdirs.user_cache_path("spec-decode") / "kernels" / name
+        return Path(override).expanduser()
+    return cache_root() / "kernels" / build_key(cpu_flags() if flags is None else flags)
 
 
-def lib_dir() -> Path:
-    """The folder to point ``LLAMA_CPP_LIB_PATH`` at."""
-    return kernels_dir() / "lib"
+def lib_dir(flags: frozenset[str] | set[str] | None = None) -> Path:
+    """The folder holding the libraries (what ``LLAMA_CPP_LIB_PATH`` should name)."""
+    return kernels_dir(flags) / "lib"
 
 
 def read_build_info(folder: Path | None = None) -> dict | None:
@@ -213,79 +255,114 @@ def marker_of(folder: Path) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
+def compile_libraries(
+    source: Path, build_tree: Path, args: tuple[str, ...], jobs: int, staging: Path
+) -> None:
+    """Configure and compile llama.cpp's shared libraries (:data:`TARGETS`) from ``source`` with
+    cmake ``args``, and copy them (symlinks kept) into ``staging``."""
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(
+        ["cmake", "-S", str(source), "-B", str(build_tree), *generator, *args],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        ["cmake", "--build", str(build_tree), "--target", *TARGETS, "-j", str(jobs)], check=True
+    )
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for lib in sorted(build_tree.rglob("lib*.so*")):
+        if lib.name.startswith(("libllama.", "libggml")):
+            target = staging / lib.name
+            if lib.is_symlink():
+                target.symlink_to(os.readlink(lib))
+            else:
+                shutil.copy2(lib, target)
+
+
+#: Flags (prefixes, as /proc/cpuinfo names them) of the instruction sets a native build may use.
+_ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "asimd", "sve")
+
+
 def build(
     sdist: Path | None = None,
     jobs: int = 2,
     work_dir: Path | None = None,
     keep_work: bool = False,
     log: Callable[[str], None] = print,
+    flags: frozenset[str] | None = None,
 ) -> Path:
-    """Build the patched shared libraries into :func:`lib_dir` and return that folder.
+    """Build llama.cpp's shared libraries into :func:`lib_dir` and return that folder: the
+    exact-rows build where the patch applies to this CPU, else (with a warning through ``log``)
+    the stock one.
 
     ``sdist`` is the llama-cpp-python sdist (downloaded with pip when None); ``jobs`` is the
     compiler parallelism (``cmake --build -j``); ``work_dir`` holds the unpacked source and the
-    build tree (a temporary folder, removed afterwards unless ``keep_work``).
+    build tree (a temporary folder, removed afterwards unless ``keep_work``); ``flags`` are the
+    CPU's (default: this one's).
     """
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake is needed to build llama.cpp (pip install cmake)")
     started = time.time()
+    flags = cpu_flags() if flags is None else flags
     own_work = work_dir is None
     work = Path(tempfile.mkdtemp(prefix="spec-decode-kernels-")) if own_work else Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
+    dest = lib_dir(flags)
+    staging = dest.with_name(dest.name + ".partial")
     try:
         if sdist is None:
             sdist = fetch_sdist(work / "sdist", log)
         check_sdist(sdist)
         log(f"sdist sha256 ok ({SDIST_SHA256[:12]})")
-        source = unpack_llama_cpp(sdist, work / "src")
-        apply_patch(source, log)
-        build_tree = work / "build"
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        args = cmake_args(cpu_flags())
-        subprocess.run(
-            ["cmake", "-S", str(source), "-B", str(build_tree), *generator, *args],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        log(f"compiling {', '.join(TARGETS)} with -j {jobs} (several minutes)")
-        subprocess.run(
-            ["cmake", "--build", str(build_tree), "--target", *TARGETS, "-j", str(jobs)], check=True
-        )
-        dest = lib_dir()
-        staging = dest.with_name(dest.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        for lib in sorted(build_tree.rglob("lib*.so*")):
-            if lib.name.startswith(("libllama.", "libggml")):
-                target = staging / lib.name
-                if lib.is_symlink():
-                    target.symlink_to(os.readlink(lib))
-                else:
-                    shutil.copy2(lib, target)
-        exact_rows = marker_of(staging)
-        if exact_rows <= 0:
-            raise RuntimeError(
-                "the patched libraries load but report no exact rows: this build takes kernels "
-                "the patch does not cover (it covers x86 AVX2 and AVX-512, VNNI included); stock "
-                "3-token blocks remain"
+        level, exact_rows, args = isa_level(flags), 0, STOCK_ARGS
+        fallback = "this CPU lacks the AVX2 kernels the patch covers" if level is None else None
+        if level is not None:
+            try:
+                source = unpack_llama_cpp(sdist, work / "src")
+                apply_patch(source, log)
+                log(f"compiling the exact-rows {', '.join(TARGETS)} with -j {jobs} (minutes)")
+                compile_libraries(source, work / "build", cmake_args(flags), jobs, staging)
+                exact_rows = marker_of(staging)
+                if exact_rows <= 0:
+                    raise RuntimeError("the patched libraries report no exact rows")
+                args = cmake_args(flags)
+            except (subprocess.CalledProcessError, RuntimeError, OSError) as error:
+                fallback = f"the exact-rows build failed: {error}"
+        if fallback is not None:
+            log(
+                f"warning: {fallback}. Building stock llama.cpp instead: drafted blocks of up "
+                "to 3 tokens stay exact, longer ones are split."
             )
+            source = unpack_llama_cpp(sdist, work / "src-stock")
+            compile_libraries(source, work / "build-stock", STOCK_ARGS, jobs, staging)
+        needs = (
+            required_flags(level)
+            if exact_rows
+            else {f for f in flags if f.startswith(_ISA_PREFIXES)}
+        )
         info = {
-            "what": "llama.cpp shared libraries with spec-decode's exact-rows patch",
+            "what": "llama.cpp shared libraries built by spec-decode "
+            + ("with its exact-rows patch" if exact_rows else "without its patch (fallback)"),
             "llama_cpp_python_sdist": SDIST_NAME,
             "sdist_sha256": SDIST_SHA256,
             "llama_cpp_commit": LLAMA_CPP_COMMIT,
-            "patch": PATCH.name,
+            "patch": PATCH.name if exact_rows else None,
             "patch_sha256": patch_sha256(),
             "cmake_args": list(args),
+            "cpu_flags": sorted(needs),
             "exact_rows": exact_rows,
+            "fallback_reason": fallback,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.time() - started, 1),
         }
         (staging / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n")
         shutil.rmtree(dest, ignore_errors=True)
         staging.rename(dest)
-        log(f"built in {info['build_seconds']:.0f} s: {dest} (exact blocks up to {exact_rows})")
+        what = f"exact blocks up to {exact_rows}" if exact_rows else "stock: exact blocks up to 3"
+        log(f"built in {info['build_seconds']:.0f} s: {dest} ({what})")
         return dest
     finally:
+        shutil.rmtree(staging, ignore_errors=True)
         if own_work and not keep_work:
             shutil.rmtree(work, ignore_errors=True)

@@ -19,10 +19,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 
 from spec_decode.backends.llamacpp.kernels import init_backend
+from spec_decode.backends.llamacpp.library import llama_cpp
 
 
 def row_mismatches(

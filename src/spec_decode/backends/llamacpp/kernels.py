@@ -8,12 +8,10 @@ import ctypes
 import os
 import re
 import sys
-import warnings
 
-import llama_cpp
 import numpy as np
 
-from spec_decode.backends.llamacpp.library import CHOICE_ENV
+from spec_decode.backends.llamacpp.library import CHOICE_ENV, llama_cpp, load
 
 #: Blocks no longer than this are bitwise equal to one-token scoring, by build (see above).
 _EXACT_BLOCKS = {(False, False): 7, (False, True): 3}
@@ -48,52 +46,37 @@ def exact_block_size() -> int:
     """The longest block whose rows this llama.cpp build computes bitwise equal to one-token
     scoring: what the exact-rows build reports (64) when that build is loaded, else by stock
     build features: 7 without llamafile and repack kernels, 3 without llamafile but with repack,
-    else 1 (only one-token passes). Warns once when ``LLAMA_CPP_LIB_PATH`` is set but the loaded
-    libraries are not the exact-rows build."""
+    else 1 (only one-token passes)."""
     rows = patched_exact_rows()
     if rows:
         return rows
     features = build_features()
-    size = _EXACT_BLOCKS.get(("LLAMAFILE" in features, "REPACK" in features), 1)
-    _warn_fallback(size)
-    return size
+    return _EXACT_BLOCKS.get(("LLAMAFILE" in features, "REPACK" in features), 1)
 
 
 def kernels_status() -> str:
     """One sentence on which llama.cpp build this process runs and what it guarantees."""
+    chosen = load()
+    where = f"{chosen.folder or 'llama-cpp-python own libraries'}; {chosen.origin}"
     rows = patched_exact_rows()
-    where = os.environ.get("LLAMA_CPP_LIB_PATH") or "llama-cpp-python's own libraries"
     if rows:
         return f"exact-rows llama.cpp build ({where}): blocks of up to {rows} tokens exact"
-    size = exact_block_size()
     if os.environ.get(CHOICE_ENV, "").lower() == "stock":
         hint = f"{CHOICE_ENV}=stock chose it"
     else:
         hint = "`spec-decode build-kernels` builds the exact-rows kernels"
-    return f"stock llama.cpp build ({where}): blocks of up to {size} tokens exact; {hint}"
+    return (
+        f"stock llama.cpp build ({where}): blocks of up to {exact_block_size()} tokens exact; "
+        f"{hint}"
+    )
 
 
 def build_identity() -> str:
     """Which llama.cpp libraries this process runs and the exact block size they give: part of a
     calibration's key, since the exact-rows build's passes cost differently and it is
     calibrated for longer blocks."""
-    where = os.environ.get("LLAMA_CPP_LIB_PATH") or "llama-cpp-python"
+    where = load().folder or "llama-cpp-python"
     return f"{where}; exact blocks {exact_block_size()}"
-
-
-_warned: list[bool] = []
-
-
-def _warn_fallback(size: int) -> None:
-    lib_path = os.environ.get("LLAMA_CPP_LIB_PATH")
-    if lib_path and not _warned:
-        _warned.append(True)
-        warnings.warn(
-            f"LLAMA_CPP_LIB_PATH={lib_path} but the llama.cpp loaded is not the exact-rows build "
-            f"(no spec_decode_exact_rows): falling back to exact blocks of {size} tokens",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
 
 def invariant_batch_size() -> int | None:
@@ -160,10 +143,15 @@ def _silence_logs(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         print(text.decode("utf-8", "replace"), end="", file=sys.stderr, flush=True)
 
 
-_LOG_CALLBACK = llama_cpp.llama_log_callback(_silence_logs)
+_log_callback: list[object] = []  # made once, kept alive while llama.cpp holds it
 
 
 def init_backend(verbose: bool) -> None:
+    """Load the llama.cpp libraries (:func:`~spec_decode.backends.llamacpp.library.load`, once)
+    and initialise llama.cpp, routing its logs to :func:`_silence_logs` unless ``verbose``."""
+    load()
     if not verbose:
-        llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+        if not _log_callback:
+            _log_callback.append(llama_cpp.llama_log_callback(_silence_logs))
+        llama_cpp.llama_log_set(_log_callback[0], ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()

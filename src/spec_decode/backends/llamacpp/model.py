@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 
 from spec_decode.backends.cores import available_cores
@@ -18,6 +17,7 @@ from spec_decode.backends.llamacpp.kernels import (
     invariant_batch_size,
     probabilities,
 )
+from spec_decode.backends.llamacpp.library import llama_cpp
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 DEFAULT_MAX_CTX = 4096

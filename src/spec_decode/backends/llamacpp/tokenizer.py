@@ -5,8 +5,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-import llama_cpp
-
+from spec_decode.backends.llamacpp.library import llama_cpp
 from spec_decode.backends.llamacpp.model import LlamaCppModel
 from spec_decode.backends.prompts import render_chat_template
 
