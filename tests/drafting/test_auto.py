@@ -21,7 +21,7 @@ from spec_decode.drafting.auto import (
     LONG_MATCH,
     AutoPlanner,
     auto_planner,
-    counterfactual_survival,
+    copy_survival,
     draft_model_can_pay,
 )
 from spec_decode.drafting.costs import CostCurve
@@ -116,42 +116,68 @@ def test_free_proposals_are_judged_by_what_was_emitted_since():
     assert auto.plan(FRESH, right, 16)[:2] == ("", 0)  # nothing to propose: plain pass
 
 
-def test_counterfactual_survival_counts_first_tokens_and_continuations():
+def beta_rate(right: int, seen: int, prior: float, weight: float = 2.0) -> float:
+    return (right + weight * prior) / (seen + weight)
+
+
+def test_copy_survival_counts_each_token_at_the_streak_it_was_reached_with():
     trace = Trace()
     trace.record(Step([4], proposals={"lookup": [4, 5, 6]}))  # then 5, then 9: 2 hits, 1 miss
     trace.record(Step([5, 9]))
     trace.record(Step([1], proposals={"lookup": [1, 2]}))  # 1 hit, then 3: 1 miss
-    trace.record(Step([3], proposals={"lookup": [7, 8]}))  # first token wrong, then nothing yet
-    # first tokens: 2 right of 3; continuations: 1 right (5), 2 wrong (6 against 9, 2 against 3)
-    a, b = (2 + 1) / (3 + 2), (1 + 1) / (3 + 2)
-    assert counterfactual_survival(trace, "lookup", 3, 0.5, 2.0, 32) == pytest.approx(
-        [a, a * b, a * b * b]
+    trace.record(Step([3], proposals={"lookup": [7, 8]}))  # its 7 met a token judged already
+    # by streak: 4 at 0 (right), 5 at 1 (right), 9 at 2 (wrong), 1 at 0 (right), 3 at 1 (wrong):
+    # streak 0: 2 of 2 right, streaks 1-2: 1 of 3 right
+    zero = beta_rate(2, 2, 0.5)
+    low = beta_rate(1, 3, zero)
+    higher = beta_rate(0, 0, low)  # no tokens seen at longer streaks: the bucket below's rate
+    # the streak now is 0 (the last token, 3, was not predicted): h(0) h(1) h(2) h(3)
+    assert copy_survival(trace, "lookup", 4, 0.5, 2.0, 32, caution=0) == pytest.approx(
+        [zero, zero * low, zero * low * low, zero * low * low * higher]
     )
-    # the last two steps only: first tokens 1 of 2, continuations 0 of 1
-    a, b = (1 + 1) / (2 + 2), (0 + 1) / (1 + 2)
-    assert counterfactual_survival(trace, "lookup", 2, 0.5, 2.0, 2) == pytest.approx([a, a * b])
-    assert counterfactual_survival(trace, "suffix", 2, 0.5, 2.0, 32) == [0.5, 0.25]
+    assert copy_survival(trace, "suffix", 2, 0.5, 2.0, 32, caution=0) == [0.5, 0.25]
 
 
-def test_each_emitted_token_counts_once_as_a_continuation():
+def test_each_emitted_token_counts_once():
     """Overlapping proposals of one copy (the same text shifted by a token) judge each emitted
     token once, for the first proposal that reached it."""
     trace = Trace()
     for token, proposal in ((1, [1, 2, 3]), (2, [2, 3, 4]), (3, [3, 4, 5]), (4, [])):
         trace.record(Step([token], proposals={"lookup": proposal} if proposal else {}))
-    # first tokens: 3 of 3; continuations: positions 1, 2 (first proposal), 3 (second), none new
-    a, b = (3 + 1) / (3 + 2), (3 + 1) / (3 + 2)
-    assert counterfactual_survival(trace, "lookup", 2, 0.5, 2.0, 32) == pytest.approx([a, a * b])
+    # tokens 1, 2, 3 right at streaks 0, 1, 2 by the first proposal, 4 at streak 3 by the second
+    zero = beta_rate(1, 1, 0.5)
+    low = beta_rate(2, 2, zero)
+    now = copy_survival(trace, "lookup", 1, 0.5, 2.0, 32, caution=0)  # streak 4 now
+    assert now == pytest.approx([beta_rate(1, 1, low)])
+
+
+def test_caution_lowers_rates_seen_on_few_tokens_most():
+    trace = watched(list(range(10, 20)), 4, right=True)
+    bold = copy_survival(trace, "lookup", 4, 0.5, 2.0, 32, caution=0)
+    careful = copy_survival(trace, "lookup", 4, 0.5, 2.0, 32, caution=1)
+    assert all(c < b for c, b in zip(careful, bold, strict=True))
 
 
 def test_survival_reaches_past_what_plain_passes_have_shown():
-    """32 plain passes through a copy show each proposal's first tokens and one more token each:
-    the estimate vouches for a 16-token draft (a rate per depth would know little past the
-    depths seen, and long drafts would never be tried)."""
+    """32 plain passes through a copy show each proposal's first token only: the estimate, rates
+    carried up from shorter streaks, vouches for a 16-token draft."""
     text = list(range(10, 60))
     trace = watched(text[:32], 16, right=True)
-    survival = counterfactual_survival(trace, "lookup", 16, 0.5, 2.0, 32)
+    survival = copy_survival(trace, "lookup", 16, 0.5, 2.0, 32)
     assert survival[15] > 0.5
+
+
+def test_a_copy_that_just_broke_off_is_not_drafted_far():
+    """Deep into a copy a 16-token draft is worth it; right after a miss, in text whose copies
+    miss at short streaks, it is not."""
+    text = list(range(10, 60))
+    deep = watched(text[:40], 16, right=True)
+    assert copy_survival(deep, "lookup", 16, 0.5, 2.0, 64)[15] > 0.7
+    edited = [99 if i % 3 == 2 else token for i, token in enumerate(text)]  # every third changed
+    broken = Trace()
+    for i, token in enumerate(edited[:40]):
+        broken.record(Step([token], proposals={"lookup": text[i : i + 16]}))
+    assert copy_survival(broken, "lookup", 16, 0.5, 2.0, 64)[15] < 0.05
 
 
 def test_a_long_copy_does_not_vouch_for_first_tokens_that_keep_missing():

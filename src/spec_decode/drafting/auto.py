@@ -6,7 +6,7 @@ Options considered before every step:
 * each deterministic drafter (prompt lookup, suffix): its proposal is computed first (free, and
   its length is known before verifying), then every prefix of it of length j is worth
   1 + S(1) + ... + S(j) tokens for ``cost(j + 1)``, S(i) being the estimated chance that its
-  first i tokens are all accepted (:func:`counterfactual_survival`);
+  first i tokens are all accepted (:func:`copy_survival`);
 * the draft model, k = 1..k_max: E(alpha, k) tokens for ``cost(k + 1) + k * draft_seconds``.
 
 E(a, j) = 1 + a + ... + a^j is the expected tokens of a pass that verifies j drafts each
@@ -27,10 +27,11 @@ not a heuristic: whatever the policy did, the output is distributed as target-on
 the next emitted token equals a proposed token x with probability p(x), which is exactly the
 chance the exact rule accepts a one-hot draft of x; the same holds token by token along the
 proposal, so "the first i tokens would all have been accepted" is "the first i emitted tokens
-equal them". Its estimate is a survival curve by depth from two rates, the first token's and each
-later token's (:func:`counterfactual_survival`). So lookup and suffix are judged
+equal them". Its estimate is a survival curve from the chance that a copy's next token is right
+given how many it has had right in a row (:func:`copy_survival`). So lookup and suffix are judged
 while plain passes run, and chosen once their recent proposals have been right, as far as the
-draft reaches, often enough to pay on this curve.
+draft reaches, often enough to pay on this curve: a block of up to 64 tokens deep into a copy,
+none where the copy has just broken off.
 
 Exactness: the choice reads the context, the trace and the fixed curve, never the clock nor the
 step's own random draws, so :func:`~spec_decode.core.generate.planned_step` stays exact; the
@@ -39,8 +40,9 @@ exhaustive and statistical certificates run this planner with a fixed curve.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spec_decode.core.checks import leading_matches
 from spec_decode.core.protocols import DeterministicDrafter, Drafter, Plan
@@ -54,6 +56,9 @@ from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 MARGIN = 0.1
 #: The match length from which prompt lookup's proposals are judged apart from shorter matches'.
 LONG_MATCH = 8
+#: The prior mean of a long match's rate: eight tokens copied right just before a proposal are
+#: evidence already (short matches and the suffix drafter start at the planner's 0.5).
+LONG_MATCH_PRIOR = 0.9
 
 
 @dataclass(frozen=True)
@@ -75,11 +80,17 @@ class AutoPlanner:
         The most tokens drafted in one step.
     prior_alpha, prior_weight
         The Beta prior of every drafter's acceptance: mean and weight in trials.
+    priors
+        A prior mean by drafter name, in place of ``prior_alpha`` (a copy drafter whose
+        proposals follow a long match starts out trusted further).
     memory
         Only the last ``memory`` steps inform the draft model's acceptance estimate.
     copy_memory
         Only the last ``copy_memory`` steps inform a deterministic drafter's (longer: each emitted
-        token is evidence once, see :func:`counterfactual_survival`, so a plain pass adds little).
+        token is evidence once, see :func:`copy_survival`, so a plain pass adds little).
+    caution
+        Standard deviations subtracted from a copy drafter's estimated rates
+        (:func:`copy_survival`).
     margin
         Draft only when the best option's expected rate beats a plain pass by this fraction:
         estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
@@ -92,8 +103,10 @@ class AutoPlanner:
     k_max: int = 16
     prior_alpha: float = 0.5
     prior_weight: float = 2.0
+    priors: Mapping[str, float] = field(default_factory=dict)
     memory: int = 8
-    copy_memory: int = 32
+    copy_memory: int = 64
+    caution: float = 1.0
     margin: float = MARGIN
 
     def __post_init__(self) -> None:
@@ -117,6 +130,8 @@ class AutoPlanner:
                 f"need prior_alpha in [0, 1] and prior_weight > 0, got {self.prior_alpha}, "
                 f"{self.prior_weight}"
             )
+        if not all(0 <= prior <= 1 for prior in self.priors.values()) or self.caution < 0:
+            raise ValueError(f"need priors in [0, 1] and caution >= 0, got {self.priors}")
 
     @property
     def vocab_size(self) -> int:
@@ -135,13 +150,14 @@ class AutoPlanner:
             if name == self.model:
                 continue
             proposals[name] = drafter.propose_tokens(context, cap)
-            survival = counterfactual_survival(
+            survival = copy_survival(
                 trace,
                 name,
                 len(proposals[name]),
-                self.prior_alpha,
+                self.priors.get(name, self.prior_alpha),
                 self.prior_weight,
                 self.copy_memory,
+                self.caution,
             )
             expected = 1.0
             for j, surviving in enumerate(survival, start=1):
@@ -176,60 +192,87 @@ def draft_model_can_pay(
     )
 
 
-def counterfactual_survival(
+#: Streak lengths are pooled in buckets 0, 1-2, 3-6, 7-14, 15-30, 31-62, 63+ (``log2(s + 1)``).
+STREAK_BUCKETS = 7
+
+
+def streak_bucket(streak: int) -> int:
+    """The bucket of a streak of ``streak`` right tokens in a row (:data:`STREAK_BUCKETS`)."""
+    return min(int(math.log2(streak + 1)), STREAK_BUCKETS - 1)
+
+
+def copy_survival(
     trace: Trace,
     name: str,
     depth: int,
     prior_alpha: float,
     prior_weight: float,
     last_steps: int,
+    caution: float = 1.0,
 ) -> list[float]:
     """S(1), ..., S(``depth``): for deterministic drafter ``name``, the estimated chance that the
-    first i tokens of a proposal are all accepted, from what it proposed at each of the last
-    ``last_steps`` steps against the tokens emitted since.
+    first i tokens of its proposal now are all accepted, from what it proposed at each of the
+    last ``last_steps`` steps against the tokens emitted since.
 
-    S(i) = a * b ** (i - 1): a is the chance that a proposal's first token is right, b that a
-    token is right after the ones before it were. Two rates, not one, because copies are right
-    for long stretches or wrong from the first token (one rate pooled over depths, lifted by a
-    few long copies, would overrate every other proposal's first token); not a free rate per
-    depth, because a few plain passes only show how the first few tokens of each proposal fared
-    (a rate per depth knows nothing beyond them, and long drafts would never be tried).
+    A copy's next token is right with a chance that grows with how many tokens in a row the
+    drafter has had right just before it (its streak): right after an edit or in prose a copy
+    often misses, forty tokens into re-emitted code it almost never does. So every emitted
+    token is an observation (right or wrong) of the hazard at the streak it was reached with,
+    and S(i) multiplies the estimated rates at the streaks the proposal would reach:
+    h(streak now) * h(streak now + 1) * ...
 
-    A step's proposal whose first m tokens match what was emitted from the step's start holds a
-    right first token if m >= 1 (a wrong one if m = 0 and that token is known), then m - 1 right
-    continuations and one wrong if the token after the m is known and differs. Each emitted
-    token counts once as a continuation, for the first proposal in the window that reached it:
-    consecutive proposals during a copy are the same text shifted by a token, and counting
-    their overlap again and again made eight plain passes through one copy outweigh every miss
-    of the drafts that followed. Tokens not yet emitted are not counted. a and b are Beta
-    posterior means with prior mean ``prior_alpha`` and weight ``prior_weight``. When the
-    drafter was used, each step's outcome is exactly its verification outcome.
+    Streaks are pooled in :func:`streak_bucket`; each bucket's rate is a Beta posterior mean
+    whose prior mean is the posterior mean of the bucket below (the first bucket's is
+    ``prior_alpha``), weight ``prior_weight``: a longer streak is taken to be as reliable as a
+    shorter one until tokens at that streak say otherwise, which lets a copy be drafted far
+    before plain passes have shown tokens that deep. ``caution`` standard deviations of the
+    posterior are subtracted from each rate: a long block that misses costs many passes, so a
+    rate seen on few tokens counts for less.
+
+    A token is predicted when a proposal in the window whose first m tokens match the emitted
+    ones covers it (one of the m); it is observed once, for the first proposal that reached it
+    (its m matches, then the token after them, if emitted and proposed): consecutive proposals
+    during a copy are the same text shifted by a token, and counting their overlap again and
+    again would let a few plain passes outweigh every later miss. When the drafter was used,
+    each step's outcome is exactly its verification outcome. Tokens not yet emitted are not
+    counted.
     """
     if depth == 0:
         return []  # nothing proposed now: no need to read the window (the planner asks every step)
-    first = first_known = later = later_known = 0
-    judged = -1  # the last emitted position counted as a continuation
-    for i in range(max(0, trace.target_passes - last_steps), trace.target_passes):
+    first = max(0, trace.target_passes - last_steps)
+    end = len(trace.tokens)
+    base = trace.starts[first] if first < trace.target_passes else end
+    predicted = [False] * (end - base)
+    reached: list[tuple[int, int, int]] = []  # (start, matched, proposed) of each step
+    for i in range(first, trace.target_passes):
         proposal = trace.proposals[i].get(name, ())
         start = trace.starts[i]
-        emitted = trace.tokens[start : start + len(proposal)]
-        matched = leading_matches(proposal, emitted)
-        missed = matched < len(emitted)  # the token after the matches is known and differs
-        if matched:
-            first += 1
-            first_known += 1
-            # continuations: positions start+1 .. start+matched-1 right, start+matched wrong
-            begin = max(start + 1, judged + 1)
-            last_right, last_known = start + matched - 1, start + matched - 1 + missed
-            later += max(0, last_right - begin + 1)
-            later_known += max(0, last_known - begin + 1)
-            judged = max(judged, last_known)
-        elif missed:
-            first_known += 1
-    prior = prior_alpha * prior_weight
-    a = (first + prior) / (first_known + prior_weight)
-    b = (later + prior) / (later_known + prior_weight)
-    return [a * b**i for i in range(depth)]
+        matched = leading_matches(proposal, trace.tokens[start : start + len(proposal)])
+        predicted[start - base : start - base + matched] = [True] * matched
+        reached.append((start, matched, len(proposal)))
+    streak = [0] * (end - base + 1)  # streak[t - base]: right in a row just before position t
+    for t, right in enumerate(predicted):
+        streak[t + 1] = streak[t] + 1 if right else 0
+    right_at = [0] * STREAK_BUCKETS
+    seen_at = [0] * STREAK_BUCKETS
+    observed = base  # tokens before this position were counted already
+    for start, matched, proposed in reached:
+        for t in range(max(start, observed), min(start + matched + 1, start + proposed, end)):
+            bucket = streak_bucket(streak[t - base])
+            seen_at[bucket] += 1
+            right_at[bucket] += t < start + matched
+        observed = max(observed, min(start + matched + 1, start + proposed, end))
+    rates, prior = [], prior_alpha
+    for right, seen in zip(right_at, seen_at, strict=True):
+        weight = seen + prior_weight
+        mean = (right + prior_weight * prior) / weight
+        rates.append(max(0.0, mean - caution * math.sqrt(mean * (1 - mean) / (weight + 1))))
+        prior = mean
+    survival, now, alive = [], streak[-1], 1.0
+    for d in range(depth):
+        alive *= rates[streak_bucket(now + d)]
+        survival.append(alive)
+    return survival
 
 
 def auto_planner(
@@ -248,9 +291,9 @@ def auto_planner(
     match of :data:`LONG_MATCH` tokens and is judged on its own record: where the output is
     re-emitting text verbatim (an edit returning the whole code), a long match continues right
     far more often than the short matches whose mixed record the planner would otherwise
-    apply, so the copy resumes as soon as the output rejoins the text after a change. All
-    propose no further than the longest pass ``costs`` measured: beyond it the cost is
-    extrapolated, not known."""
+    apply, so the copy resumes as soon as the output rejoins the text after a change; its
+    prior mean is :data:`LONG_MATCH_PRIOR`. All propose no further than the longest pass
+    ``costs`` measured: beyond it the cost is extrapolated, not known."""
     longest = max(1, min(k_max, costs.sizes[-1] - 1))
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(vocab_size, min_ngram=2, max_tokens=longest),
@@ -263,4 +306,10 @@ def auto_planner(
     }
     if model_drafter is not None:
         drafters["draft"] = model_drafter
-    return AutoPlanner(costs, drafters, None if model_drafter is None else "draft", k_max)
+    return AutoPlanner(
+        costs,
+        drafters,
+        None if model_drafter is None else "draft",
+        k_max,
+        priors={"long_lookup": LONG_MATCH_PRIOR},
+    )

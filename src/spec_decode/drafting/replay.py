@@ -12,11 +12,11 @@ itself) bounds what any planner could reach on that curve.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 
 from spec_decode.core.checks import leading_matches
-from spec_decode.core.protocols import Planner
+from spec_decode.core.protocols import DeterministicDrafter, Planner
 from spec_decode.core.trace import Step, Trace
 from spec_decode.drafting.costs import CostCurve
 
@@ -72,3 +72,30 @@ def oracle_cost(n_tokens: int, costs: CostCurve, longest: int) -> float:
     for n in range(n_tokens + 1):  # bottom-up, so the recursion stays shallow
         best(n)
     return best(n_tokens)
+
+
+def hindsight_cost(
+    drafters: Mapping[str, DeterministicDrafter],
+    prompt: Sequence[int],
+    answer: Sequence[int],
+    costs: CostCurve,
+    k_max: int,
+) -> float:
+    """The fewest one-token passes on ``costs`` in which any planner choosing among these
+    deterministic ``drafters`` (at most ``k_max`` tokens a step) could emit ``answer``: each step
+    knowing, with hindsight, which proposal and length pay. Between what a planner reaches and
+    :func:`oracle_cost` (every draft right), this says how much is lost to estimating and how
+    much to what the drafters can propose."""
+    n = len(answer)
+    best = [0.0] * (n + 1)
+    for done in range(n - 1, -1, -1):
+        context = [*prompt, *answer[:done]]
+        cheapest = 1.0 + best[done + 1]
+        for drafter in drafters.values():
+            proposal = drafter.propose_tokens(context, min(k_max, n - done - 1))
+            matched = leading_matches(proposal, answer[done : done + len(proposal)])
+            for k in range(1, len(proposal) + 1):
+                emitted = min(k, matched) + 1
+                cheapest = min(cheapest, costs.relative(k + 1) + best[done + emitted])
+        best[done] = cheapest
+    return best[0]

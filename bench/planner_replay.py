@@ -1,0 +1,156 @@
+"""auto's choices replayed on real greedy answers, priced on the calibrated curve, beside the
+oracle ceiling: deterministic, seconds per variant once the answers are collected.
+
+``collect`` decodes the public prompt sets target-only (greedy, in process, on the packaged
+target), exactly as ``bench/serve.py`` sends them (code-edit sessions re-send the conversation
+with the model's own answers, MT-bench both turns, HumanEval raw completions), and stores every
+turn's prompt ids and answer ids with the calibrated curve. ``replay`` runs the default auto
+planner over them (:func:`spec_decode.drafting.replay.replay_greedy`; the shared history fed as
+a server feeds it) and reports, per set: tokens per one-token pass on the curve, plain passes,
+block sizes; beside them the hindsight bound (the best any planner over these drafters could do,
+knowing the answer) and the oracle's (every block drafted right, sizes chosen by dynamic
+programming).
+Greedy output does not depend on the planner, so the replay is what the server would do.
+
+    python bench/planner_replay.py collect --seed 1 --out /tmp/answers_seed1.json
+    python bench/planner_replay.py replay /tmp/answers_seed1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from _common import RESULTS
+
+from spec_decode.drafting.auto import auto_planner
+from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.replay import hindsight_cost, oracle_cost, passes_cost, replay_greedy
+from spec_decode.drafting.suffix import SuffixHistory
+
+
+def collect(args: argparse.Namespace) -> None:
+    from prompt_sets import code_edit_sessions, humaneval, mtbench_conversations
+
+    from spec_decode.core.sampling import SamplingParams
+    from spec_decode.serving.engine import Engine, EngineConfig
+
+    engine = Engine.load(EngineConfig(threads=args.threads))
+    greedy = SamplingParams(temperature=0)
+    turns = []
+    sessions = code_edit_sessions(args.code_edit, args.seed, args.turns) + mtbench_conversations(
+        args.mtbench, args.seed
+    )
+    for session in sessions:
+        messages: list[dict[str, str]] = []
+        for number, text in enumerate(session.turns):
+            messages.append({"role": "user", "content": text})
+            ids = engine.encode_chat(messages)
+            done = engine.generate(ids, args.tokens, sampling=greedy, target_only=True)
+            messages.append({"role": "assistant", "content": done.text})
+            turns.append(
+                {
+                    "set": session.category,
+                    "case": session.source_id,
+                    "turn": number,
+                    "prompt": ids,
+                    "answer": list(done.tokens),
+                }
+            )
+            print(session.category, session.source_id, number, len(ids), len(done.tokens))
+    for prompt in humaneval(args.humaneval, args.seed):
+        ids = engine.encode(prompt.text, raw=True)
+        done = engine.generate(ids, args.tokens, sampling=greedy, target_only=True)
+        turns.append(
+            {
+                "set": "humaneval",
+                "case": prompt.source_id,
+                "turn": 0,
+                "prompt": ids,
+                "answer": list(done.tokens),
+            }
+        )
+    costs = engine.costs
+    payload = {"curve": {"sizes": costs.sizes, "seconds": costs.seconds}, "turns": turns}
+    Path(args.out).write_text(json.dumps(payload))
+
+
+def replay(args: argparse.Namespace) -> None:
+    data = json.loads(Path(args.answers).read_text())
+    costs = CostCurve(tuple(data["curve"]["sizes"]), tuple(data["curve"]["seconds"]))
+    k_max = min(args.k_max, costs.sizes[-1] - 1)
+    history = SuffixHistory()
+    rows = []
+    for turn in data["turns"]:
+        planner = auto_planner(costs, args.vocab, k_max=k_max, history=history)
+        drafters = planner.drafters
+        trace = replay_greedy(planner, turn["prompt"], turn["answer"], k_max)
+        hindsight = hindsight_cost(drafters, turn["prompt"], turn["answer"], costs, k_max)
+        history.add(turn["prompt"] + turn["answer"])
+        blocks = [d for d in trace.drafted_lengths if d]
+        rows.append(
+            {
+                "set": turn["set"],
+                "case": turn["case"],
+                "turn": turn["turn"],
+                "tokens": len(turn["answer"]),
+                "passes": trace.target_passes,
+                "plain_passes": trace.target_passes - len(blocks),
+                "blocks": blocks,
+                "ours": passes_cost(trace, costs),
+                "hindsight": hindsight,
+                "oracle": oracle_cost(len(turn["answer"]), costs, k_max + 1),
+            }
+        )
+        if args.verbose:
+            row = rows[-1]
+            print(
+                f"{row['set']:10s} {row['case']:18s} t{row['turn']} {row['tokens']:4d} tokens: "
+                f"{row['tokens'] / row['ours']:.2f} a pass (hindsight "
+                f"{row['tokens'] / hindsight:.2f}, oracle {row['tokens'] / row['oracle']:.2f}); "
+                f"{row['plain_passes']} plain of {row['passes']}, blocks {blocks}"
+            )
+    summary = {}
+    for name in dict.fromkeys(row["set"] for row in rows):
+        mine = [row for row in rows if row["set"] == name]
+        tokens = sum(row["tokens"] for row in mine)
+        summary[name] = {
+            what: tokens / sum(row[what] for row in mine)
+            for what in ("ours", "hindsight", "oracle")
+        } | {"turns": len(mine), "plain_passes": sum(row["plain_passes"] for row in mine)}
+        figures = summary[name]
+        print(
+            f"{name:10s} {len(mine)} turns: {figures['ours']:.3f} tokens a one-token pass "
+            f"(hindsight {figures['hindsight']:.3f}, oracle {figures['oracle']:.3f}), "
+            f"{figures['plain_passes']} plain passes"
+        )
+    if args.stem:
+        payload = {"answers": args.answers, "k_max": k_max, "summary": summary, "turns": rows}
+        (RESULTS / f"{args.stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    c = commands.add_parser("collect")
+    c.add_argument("--code-edit", type=int, default=2)
+    c.add_argument("--turns", type=int, default=4)
+    c.add_argument("--mtbench", type=int, default=3)
+    c.add_argument("--humaneval", type=int, default=3)
+    c.add_argument("--tokens", type=int, default=192)
+    c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", required=True)
+    r = commands.add_parser("replay")
+    r.add_argument("answers")
+    r.add_argument("--k-max", type=int, default=63)
+    r.add_argument("--vocab", type=int, default=151936)
+    r.add_argument("--verbose", "-v", action="store_true")
+    r.add_argument("--stem", help="write bench/results/STEM.json")
+    args = parser.parse_args()
+    (collect if args.command == "collect" else replay)(args)
+
+
+if __name__ == "__main__":
+    main()
