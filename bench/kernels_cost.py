@@ -16,9 +16,10 @@ import os
 import statistics
 import time
 
-import llama_cpp
 import numpy as np
-from _raw_llama import decode_rows
+from _ggml import library_folder
+
+from spec_decode.backends.llamacpp.raw import RawContext
 
 
 def main() -> None:
@@ -48,46 +49,36 @@ def main() -> None:
     )
     ap.add_argument("--json")
     args = ap.parse_args()
-    llama_cpp.llama_backend_init()
-    mp = llama_cpp.llama_model_default_params()
-    model = llama_cpp.llama_model_load_from_file(args.model.encode(), mp)
-    cp = llama_cpp.llama_context_default_params()
     blocks = [int(b) for b in args.blocks.split(",")]
-    cp.n_ctx = cp.n_batch = max(512, args.context + max(blocks))
-    cp.n_ubatch = 512  # llama.cpp's micro-batch, as the backend pins it
-    cp.n_threads = cp.n_threads_batch = args.threads
-    cp.flash_attn_type = (
-        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        if args.flash_attn == "on"
-        else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    raw = RawContext(
+        args.model,
+        n_ctx=max(512, args.context + max(blocks)),
+        threads=args.threads,
+        flash_attention=args.flash_attn == "on",
     )
-    cp.no_perf = True
-    ctx = llama_cpp.llama_init_from_model(model, cp)
-    mem = llama_cpp.llama_get_memory(ctx)
-    batch = llama_cpp.llama_batch_init(cp.n_batch, 0, 1)
     rng = np.random.default_rng(0)
     toks = rng.integers(100, 30000, size=args.context + max(blocks)).tolist()
 
     def decode(ts, pos0):
-        decode_rows(ctx, batch, ts, pos0, every_row=not args.last_row_only)
+        raw.decode(ts, pos0, every_row=not args.last_row_only)
 
     decode(toks[: args.context], 0)
     times = {b: [] for b in blocks}
     cpu = {b: [] for b in blocks}  # process CPU time: robust to other load with --threads 1
     for b in blocks:  # warm-up
         decode(toks[args.context : args.context + b], args.context)
-        llama_cpp.llama_memory_seq_rm(mem, 0, args.context, -1)
+        raw.forget_from(args.context)
     for _ in range(args.reps):
         for b in blocks:
             t0, c0 = time.perf_counter(), time.process_time()
             decode(toks[args.context : args.context + b], args.context)
             times[b].append(time.perf_counter() - t0)
             cpu[b].append(time.process_time() - c0)
-            llama_cpp.llama_memory_seq_rm(mem, 0, args.context, -1)
+            raw.forget_from(args.context)
     clock = cpu if args.clock == "cpu" else times
     med = {b: statistics.median(v) for b, v in clock.items()}
     one = med[blocks[0]] if blocks[0] == 1 else None
-    print(f"build: {os.environ.get('LLAMA_CPP_LIB_PATH', 'llama-cpp-python stock')} {args.label}")
+    print(f"build: {library_folder()} {args.label}")
     for b in blocks:
         rel = f"{med[b] / one:6.2f}x" if one else ""
         print(f"  B={b:3d}  {1000 * med[b]:8.1f} ms  {rel}")
@@ -96,7 +87,7 @@ def main() -> None:
             json.dump(
                 {
                     "label": args.label,
-                    "lib": os.environ.get("LLAMA_CPP_LIB_PATH"),
+                    "lib": library_folder(),
                     "env": {k: v for k, v in os.environ.items() if k.startswith("GGML")},
                     "clock": args.clock,
                     "median_s": med,

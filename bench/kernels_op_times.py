@@ -17,14 +17,14 @@ import argparse
 import collections
 import ctypes
 import json
-import os
 import statistics
 import time
 
-import llama_cpp
 import numpy as np
-from _raw_llama import decode_rows
-from kernels_probe import GgmlTensor, _ggml_base
+from _ggml import GgmlTensor, ggml_base, library_folder
+
+from spec_decode.backends.llamacpp.library import llama_cpp
+from spec_decode.backends.llamacpp.raw import RawContext
 
 
 class OpClock:
@@ -44,9 +44,9 @@ class OpClock:
             return True
         elapsed = time.perf_counter() - self._started
         node = ctypes.cast(tensor, ctypes.POINTER(GgmlTensor)).contents
-        op = _ggml_base.ggml_op_desc(ctypes.byref(node)).decode()
+        op = ggml_base().ggml_op_desc(ctypes.byref(node)).decode()
         weights = node.src[0].contents.type if node.src[0] else None
-        kind = "-" if weights is None else _ggml_base.ggml_type_name(weights).decode()
+        kind = "-" if weights is None else ggml_base().ggml_type_name(weights).decode()
         name = node.name.decode().split("-")[0]  # "ffn_out-12" -> "ffn_out"
         self.seconds[(op, kind, "node" if name.startswith("node_") else name)] += elapsed
         return True
@@ -64,31 +64,20 @@ def main() -> None:
     args = ap.parse_args()
 
     clock = OpClock()
-    llama_cpp.llama_backend_init()
-    model = llama_cpp.llama_model_load_from_file(
-        args.model.encode(), llama_cpp.llama_model_default_params()
-    )
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = params.n_batch = params.n_ubatch = 512
-    params.n_threads = params.n_threads_batch = args.threads
-    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the backend runs
-    params.cb_eval = clock.cb
-    ctx = llama_cpp.llama_init_from_model(model, params)
-    memory = llama_cpp.llama_get_memory(ctx)
-    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    raw = RawContext(args.model, threads=args.threads, eval_callback=clock.cb)
     tokens = np.random.default_rng(0).integers(100, 30000, args.context + args.block).tolist()
-    decode_rows(ctx, batch, tokens[: args.context], 0)
+    raw.decode(tokens[: args.context], 0)
     totals = []
     for rep in range(args.reps):
-        llama_cpp.llama_memory_seq_rm(memory, 0, args.context, -1)
+        raw.forget_from(args.context)
         clock.on = rep > 0  # the first repetition warms up
         started = time.perf_counter()
-        decode_rows(ctx, batch, tokens[args.context :], args.context)
+        raw.decode(tokens[args.context :], args.context)
         if rep > 0:
             totals.append(time.perf_counter() - started)
     counted = args.reps - 1
     per_op = sorted(((1000 * s / counted, key) for key, s in clock.seconds.items()), reverse=True)
-    lib = os.environ.get("LLAMA_CPP_LIB_PATH", "llama-cpp-python's own")
+    lib = library_folder()
     print(f"build: {lib}\nblock {args.block}: {1000 * statistics.median(totals):.1f} ms a pass")
     for ms, (op, kind, name) in per_op[: args.top]:
         print(f"  {ms:8.2f} ms  {op:10s} {kind:6s} {name}")

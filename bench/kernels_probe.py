@@ -18,44 +18,12 @@ import argparse
 import collections
 import ctypes
 import json
-import os
 
-import llama_cpp
 import numpy as np
-from _raw_llama import decode_rows
+from _ggml import F32, GgmlTensor, ggml_base, library_folder
 
-
-class GgmlTensor(ctypes.Structure):  # ggml.h of the vendored llama.cpp (0c1e570)
-    pass
-
-
-GgmlTensor._fields_ = [
-    ("type", ctypes.c_int),
-    ("buffer", ctypes.c_void_p),
-    ("ne", ctypes.c_int64 * 4),
-    ("nb", ctypes.c_size_t * 4),
-    ("op", ctypes.c_int),
-    ("op_params", ctypes.c_int32 * 16),
-    ("flags", ctypes.c_int32),
-    ("src", ctypes.POINTER(GgmlTensor) * 10),
-    ("view_src", ctypes.POINTER(GgmlTensor)),
-    ("view_offs", ctypes.c_size_t),
-    ("data", ctypes.c_void_p),
-    ("name", ctypes.c_char * 64),
-    ("extra", ctypes.c_void_p),
-    ("padding", ctypes.c_char * 8),
-]
-
-_lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH") or os.path.join(
-    os.path.dirname(llama_cpp.__file__), "lib"
-)
-_ggml_base = ctypes.CDLL(os.path.join(_lib_dir, "libggml-base.so"))
-_ggml_base.ggml_op_desc.restype = ctypes.c_char_p
-_ggml_base.ggml_op_desc.argtypes = [ctypes.POINTER(GgmlTensor)]
-_ggml_base.ggml_type_name.restype = ctypes.c_char_p
-_ggml_base.ggml_type_name.argtypes = [ctypes.c_int]
-
-F32 = 0
+from spec_decode.backends.llamacpp.library import llama_cpp
+from spec_decode.backends.llamacpp.raw import RawContext
 
 
 def view(t: GgmlTensor) -> np.ndarray | None:
@@ -101,7 +69,7 @@ class Recorder:
         arr = view(t)
         if arr is None:
             return True
-        op = _ggml_base.ggml_op_desc(ctypes.byref(t)).decode()
+        op = ggml_base().ggml_op_desc(ctypes.byref(t)).decode()
         srcs = [t.src[i].contents.name.decode() for i in range(10) if t.src[i]]
         if self.mode == "ref":
             self.ref[key] = (np.array(arr), op)
@@ -180,31 +148,17 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    llama_cpp.llama_backend_init()
     rec = Recorder()
-    mp = llama_cpp.llama_model_default_params()
-    model = llama_cpp.llama_model_load_from_file(args.model.encode(), mp)
-    vocab = llama_cpp.llama_model_get_vocab(model)
-    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
-    cp.n_threads = cp.n_threads_batch = args.threads
-    cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    cp.cb_eval = rec.cb
-    cp.cb_eval_user_data = None
-    ctx = llama_cpp.llama_init_from_model(model, cp)
-    mem = llama_cpp.llama_get_memory(ctx)
-    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    raw = RawContext(args.model, threads=args.threads, eval_callback=rec.cb)
     rng = np.random.default_rng(0)
     blocks = [int(b) for b in args.blocks.split(",")]
-    tokens = rng.integers(100, min(n_vocab, 30000), size=args.prompt_len + max(blocks)).tolist()
+    tokens = rng.integers(100, min(raw.n_vocab, 30000), size=args.prompt_len + max(blocks))
+    tokens = tokens.tolist()
     prompt = tokens[: args.prompt_len]
-
-    def decode(toks, pos0):
-        decode_rows(ctx, batch, toks, pos0)
+    decode = raw.decode
 
     def fresh_prompt():
-        llama_cpp.llama_memory_clear(mem, True)
+        raw.forget_from(0)
         rec.start("off")
         decode(prompt, 0)
 
@@ -238,7 +192,7 @@ def main() -> None:
             json.dump(
                 {
                     "build": llama_cpp.llama_print_system_info().decode(),
-                    "lib_dir": _lib_dir,
+                    "lib_dir": library_folder(),
                     "results": results,
                 },
                 f,

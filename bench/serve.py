@@ -65,6 +65,7 @@ from spec_decode.backends.prompts import render_chat_template
 
 WORKLOADS = ("code-edit", "mtbench", "humaneval")
 BASELINE = "llama-server target-only"
+NGRAM = "llama-server ngram-simple"
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def variants(args: argparse.Namespace, draft: Path) -> list[Variant]:
         Variant(
             "llama-server target-only, no prompt cache", "llama-server", (), {"cache_prompt": False}
         ),
-        Variant("llama-server ngram-simple", "llama-server", ("--spec-type", "ngram-simple")),
+        Variant(NGRAM, "llama-server", ("--spec-type", "ngram-simple")),
         Variant("llama-server ngram-mod", "llama-server", ("--spec-type", "ngram-mod")),
         Variant(
             "llama-server draft 0.5B",
@@ -485,6 +486,14 @@ def summarize(results: dict) -> dict[str, dict[str, dict[str, object]]]:
             accepted = sum(t["accepted"] for t in turns)
             passes = [t["target_passes"] for t in turns if t["target_passes"] is not None]
             completion = sum(t["completion_tokens"] for t in turns)
+            ours = [t["speculative"] for t in turns if t["speculative"]]
+            blocks = [
+                int(length)
+                for spec in ours
+                for length, count in spec.get("blocks_by_length", {}).items()
+                for _ in range(count)
+            ]
+            plain = sum(spec.get("plain_passes", 0) for spec in ours)
             table.setdefault(workload, {})[name] = {
                 "session_seconds": _median([s["seconds"] for s in per_rep.values()]),
                 "session_seconds_all": [s["seconds"] for s in per_rep.values()],
@@ -498,6 +507,8 @@ def summarize(results: dict) -> dict[str, dict[str, dict[str, object]]]:
                 "acceptance_rate": accepted / drafted if drafted else None,
                 "target_passes_per_rep": sum(passes) / len(per_rep) if passes else None,
                 "tokens_per_pass": completion / sum(passes) if passes and sum(passes) else None,
+                "plain_passes_per_rep": plain / len(per_rep) if ours else None,
+                "median_block": _median(blocks) if ours else None,
                 "turns": len(turns),
             }
     return table
@@ -579,23 +590,28 @@ def markdown(results: dict) -> str:
     ]
     for workload, by_variant in summary.items():
         base = by_variant.get(BASELINE, {}).get("session_seconds")
+        ngram = by_variant.get(NGRAM, {}).get("session_seconds")
         lines += [
             f"**{workload}**",
             "",
-            "| variant | session s | x llama-server target-only | gen tok/s | TTFT ms | "
-            "drafted | accepted | acceptance | passes / rep | tokens / pass |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| variant | session s | x llama-server target-only | x ngram-simple | gen tok/s | "
+            "TTFT ms | drafted | accepted | acceptance | passes / rep | plain / rep | "
+            "median block | tokens / pass |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, row in by_variant.items():
             ratio = f"{base / row['session_seconds']:.2f}x" if base else "-"
+            versus = f"{ngram / row['session_seconds']:.2f}x" if ngram else "-"
             acc = "-" if row["acceptance_rate"] is None else f"{row['acceptance_rate']:.2f}"
-            passes = row["target_passes_per_rep"]
-            tpp = row["tokens_per_pass"]
+            passes, plain = row["target_passes_per_rep"], row.get("plain_passes_per_rep")
+            tpp, block = row["tokens_per_pass"], row.get("median_block")
             lines.append(
-                f"| {name} | {row['session_seconds']:.1f} | {ratio} | "
+                f"| {name} | {row['session_seconds']:.1f} | {ratio} | {versus} | "
                 f"{row['generation_tokens_per_second']:.1f} | {row['ttft_ms']:.0f} | "
                 f"{row['drafted']} | {row['accepted']} | {acc} | "
                 f"{'-' if passes is None else f'{passes:.0f}'} | "
+                f"{'-' if plain is None else f'{plain:.0f}'} | "
+                f"{'-' if block is None else f'{block:g}'} | "
                 f"{'-' if tpp is None else f'{tpp:.2f}'} |"
             )
         lines.append("")

@@ -187,11 +187,15 @@ class Completion:
 
 
 def speculative_figures(trace: Trace) -> dict[str, Any]:
-    """What drafting did in one generation: target passes, drafted and accepted tokens,
-    acceptance rate, tokens per pass and steps by drafter ("": a plain target pass). A ratio
-    with nothing to divide by (nothing drafted, no pass) is None, which JSON can carry."""
+    """What drafting did in one generation: target passes (plain ones apart), drafted and
+    accepted tokens, acceptance rate, tokens per pass, steps by drafter ("": a plain target pass)
+    and the drafted blocks by length. A ratio with nothing to divide by (nothing drafted, no
+    pass) is None, which JSON can carry."""
+    blocks = Counter(length for length in trace.drafted_lengths if length)
     return {
         "target_passes": trace.target_passes,
+        "plain_passes": trace.target_passes - sum(blocks.values()),
+        "blocks_by_length": {str(length): count for length, count in sorted(blocks.items())},
         "proposed": trace.proposed,
         "accepted": trace.accepted,
         "acceptance_rate": trace.acceptance_rate if trace.proposed else None,

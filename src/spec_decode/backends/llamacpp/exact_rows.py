@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spec_decode.backends.llamacpp.kernels import init_backend
-from spec_decode.backends.llamacpp.library import llama_cpp
+from spec_decode.backends.llamacpp.raw import RawContext
 
 
 def row_mismatches(
@@ -38,59 +37,26 @@ def row_mismatches(
     Tokens are drawn at random (``seed``) from ``token_range`` (default: the whole vocabulary
     except its first 3 ids); flash attention is off, as in the backend.
     """
-    init_backend(False)
-    params = llama_cpp.llama_model_default_params()
-    params.n_gpu_layers = 0
-    model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), params)
-    if not model:
-        raise ValueError(f"llama.cpp could not load {model_path}")
-    n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
     longest = max(blocks)
-    n_ctx = prompt_len + longest + 1
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = max(n_ctx, 64)
-    cparams.n_threads = cparams.n_threads_batch = threads
-    cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    cparams.no_perf = True
-    ctx = llama_cpp.llama_init_from_model(model, cparams)
-    memory = llama_cpp.llama_get_memory(ctx)
-    batch = llama_cpp.llama_batch_init(cparams.n_batch, 0, 1)
-    low, high = token_range or (3, n_vocab)
-    tokens = np.random.default_rng(seed).integers(low, high, size=prompt_len + longest).tolist()
-
-    def decode(chunk: Sequence[int], first_pos: int) -> np.ndarray:
-        batch.n_tokens = len(chunk)
-        for i, token in enumerate(chunk):
-            batch.token[i] = token
-            batch.pos[i] = first_pos + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = True
-        if llama_cpp.llama_decode(ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed")
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(len(chunk), n_vocab))
-        return logits.copy()
-
-    try:
-        decode(tokens[:prompt_len], 0)
+    with RawContext(model_path, n_ctx=prompt_len + longest + 1, threads=threads) as raw:
+        low, high = token_range or (3, raw.n_vocab)
+        tokens = np.random.default_rng(seed).integers(low, high, size=prompt_len + longest)
+        tokens = tokens.tolist()
+        raw.decode(tokens[:prompt_len], 0)
         reference = np.concatenate(
-            [decode([tokens[prompt_len + i]], prompt_len + i) for i in range(longest)]
+            [raw.decode([tokens[prompt_len + i]], prompt_len + i) for i in range(longest)]
         )
         result = {}
         for size in blocks:
-            llama_cpp.llama_memory_clear(memory, True)
-            decode(tokens[:prompt_len], 0)
-            rows = decode(tokens[prompt_len : prompt_len + size], prompt_len)
+            raw.forget_from(0)
+            raw.decode(tokens[:prompt_len], 0)
+            rows = raw.decode(tokens[prompt_len : prompt_len + size], prompt_len)
             same = (rows.view(np.uint32) == reference[:size].view(np.uint32)).all(axis=1)
             result[size] = {
                 "rows": [int(i) for i in np.flatnonzero(~same)],
                 "max_abs_diff": float(np.abs(rows - reference[:size]).max()),
             }
         return result
-    finally:
-        llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_free(ctx)
-        llama_cpp.llama_model_free(model)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
