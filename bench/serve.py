@@ -486,7 +486,7 @@ def summarize(results: dict) -> dict[str, dict[str, dict[str, object]]]:
             accepted = sum(t["accepted"] for t in turns)
             passes = [t["target_passes"] for t in turns if t["target_passes"] is not None]
             completion = sum(t["completion_tokens"] for t in turns)
-            ours = [t["speculative"] for t in turns if t["speculative"]]
+            ours = [t["speculative"] for t in turns if t.get("speculative")]
             blocks = [
                 int(length)
                 for spec in ours

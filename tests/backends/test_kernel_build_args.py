@@ -4,7 +4,17 @@ a native build nor AVX-VNNI without AVX-512, which the patch was never checked o
 
 from __future__ import annotations
 
-from spec_decode.backends.llamacpp.build import AVX512_FLAGS, CMAKE_ARGS, cmake_args, cpu_flags
+import platform
+from pathlib import Path
+
+from spec_decode.backends.llamacpp.build import (
+    AVX512_FLAGS,
+    CMAKE_ARGS,
+    cmake_args,
+    cpu_flags,
+    isa_level,
+    required_flags,
+)
 
 AVX2_CPU = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"})
 
@@ -34,3 +44,13 @@ def test_a_cpu_missing_one_avx512_subset_stays_on_avx2():
 def test_cpu_flags_reads_this_machine():
     flags = cpu_flags()
     assert isinstance(flags, frozenset) and all(isinstance(f, str) for f in flags)
+    if platform.machine() in ("x86_64", "AMD64") and Path("/proc/cpuinfo").exists():
+        assert "sse2" in flags  # every x86-64 CPU has it: the flags were read, not skipped
+
+
+def test_the_build_key_names_the_instruction_sets():
+    assert isa_level(AVX2_CPU) == "avx2"
+    assert isa_level(AVX2_CPU | AVX512_FLAGS) == "avx512"
+    assert isa_level(AVX2_CPU | AVX512_FLAGS | {"avx512_vnni"}) == "avx512_vnni"
+    assert isa_level(AVX2_CPU - {"fma"}) is None
+    assert required_flags("avx2") <= required_flags("avx512") <= required_flags("avx512_vnni")

@@ -86,7 +86,9 @@ def test_a_draft_model_that_cannot_pay_is_known_before_loading_it():
 def test_on_a_flat_curve_the_draft_model_drafts_long():
     auto = planner(FLAT, random_markov(8, seed=0), k_max=8)
     assert auto.plan(FRESH, history(*[("draft", 8, 8)] * 10), 16)[:2] == ("draft", 8)
-    assert auto.plan(FRESH, Trace(), 16).drafter == "draft"
+    assert auto.plan(FRESH, history(("", 0, 0)), 16).drafter == "draft"
+    # the first step reads the prompt alone: its token streams as soon as target-only's would
+    assert auto.plan(FRESH, Trace(), 16)[:2] == ("", 0)
 
 
 def test_a_repeated_request_is_drafted_from_the_shared_history():

@@ -188,3 +188,21 @@ def test_suffix_drafter_reporting_a_model_q_fails(reports_model_q):
     broken = reports_model_q(SuffixDrafter(3, max_match=3, min_probability=0.0), draft)
     result = exact_output_distribution(target, None, [0, 1, 2, 0, 1], 4, FixedK(2), drafter=broken)
     assert result.tv > 1e-3
+
+
+def test_a_drafter_kept_across_requests_indexes_only_a_follow_ups_new_tokens():
+    """A server keeps one suffix drafter: a follow-up turn's prompt extends the last request's
+    context, so its index grows instead of being built again; the history added in between is
+    read from the new request on, and a change in the middle of a request is still refused."""
+    shared = SuffixHistory()
+    drafter = SuffixDrafter(16, max_match=4, max_tokens=4, history=shared)
+    first = [1, 2, 3, 4, 1, 2]
+    drafter.propose_tokens(first, 4)
+    index = drafter._index
+    shared.add([*first, 3, 4])
+    with pytest.raises(ValueError, match="changed"):
+        drafter.propose_tokens([*first, 3], 4)
+    drafter.begin_request()
+    follow_up = [*first, 3, 4, 9, 1, 2]
+    assert drafter.propose_tokens(follow_up, 4) == [3, 4, 1, 2]
+    assert drafter._index is index and drafter._index.tokens == follow_up

@@ -140,12 +140,23 @@ class AutoPlanner:
 
     def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan:
         """The drafter and k with the most expected tokens per second (("", 0): a plain target
-        pass), with every deterministic drafter's proposal (at most ``k_max`` tokens)."""
+        pass), with every deterministic drafter's proposal (at most ``k_max`` tokens).
+
+        The first step of a generation is a plain pass: it reads the prompt, and its token is
+        the first to stream, as soon as target-only decoding would stream it (drafts scored in
+        the same call would delay it by their cost)."""
         cap = min(self.k_max, k_max)
         best, best_rate = ("", 0), (1.0 + self.margin) / self.costs.target(1)
         proposals: dict[str, list[int]] = {}
         if cap == 0:
             return Plan(*best)
+        if trace.target_passes == 0:
+            proposals = {
+                name: drafter.propose_tokens(context, cap)
+                for name, drafter in self.drafters.items()
+                if name != self.model
+            }
+            return Plan(*best, proposals)
         for name, drafter in self.drafters.items():
             if name == self.model:
                 continue
@@ -275,12 +286,32 @@ def copy_survival(
     return survival
 
 
+def longest_proposal(costs: CostCurve, k_max: int) -> int:
+    """The most tokens a copy drafter proposes: ``k_max``, and no further than the longest pass
+    ``costs`` measured."""
+    return max(1, min(k_max, costs.sizes[-1] - 1))
+
+
+def suffix_drafter(
+    costs: CostCurve, vocab_size: int, k_max: int, history: SuffixHistory | None
+) -> SuffixDrafter:
+    """The auto planner's suffix drafter (matches of 2 to 8 tokens, reading ``history``)."""
+    return SuffixDrafter(
+        vocab_size,
+        max_match=8,
+        max_tokens=longest_proposal(costs, k_max),
+        min_match=2,
+        history=history,
+    )
+
+
 def auto_planner(
     costs: CostCurve,
     vocab_size: int,
     model_drafter: Drafter | None = None,
     k_max: int = 16,
     history: SuffixHistory | None = None,
+    suffix: SuffixDrafter | None = None,
 ) -> AutoPlanner:
     """The default auto planner: prompt lookup of short and of long matches, the suffix drafter
     (reading ``history``, the earlier requests' sequences, when given), plus ``model_drafter``
@@ -293,13 +324,13 @@ def auto_planner(
     far more often than the short matches whose mixed record the planner would otherwise
     apply, so the copy resumes as soon as the output rejoins the text after a change; its
     prior mean is :data:`LONG_MATCH_PRIOR`. All propose no further than the longest pass
-    ``costs`` measured: beyond it the cost is extrapolated, not known."""
-    longest = max(1, min(k_max, costs.sizes[-1] - 1))
+    ``costs`` measured: beyond it the cost is extrapolated, not known. ``suffix`` is a suffix
+    drafter kept from earlier requests (:func:`suffix_drafter`, the same arguments), in place of
+    a new one."""
+    longest = longest_proposal(costs, k_max)
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(vocab_size, min_ngram=2, max_tokens=longest),
-        "suffix": SuffixDrafter(
-            vocab_size, max_match=8, max_tokens=longest, min_match=2, history=history
-        ),
+        "suffix": suffix or suffix_drafter(costs, vocab_size, k_max, history),
         "long_lookup": PromptLookupDrafter(
             vocab_size, min_ngram=LONG_MATCH, max_ngram=LONG_MATCH, max_tokens=longest
         ),

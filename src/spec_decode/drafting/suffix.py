@@ -148,9 +148,12 @@ class SuffixDrafter(OneHotProposals):
         it is the better predictor of itself).
 
     The index follows the context: when a call's context extends the indexed one, only the new
-    tokens are added; otherwise (a new request, or another branch of an enumeration) it is built
-    again from the context. Proposals are therefore a function of the context alone, and
+    tokens are added; otherwise (an unrelated request, or another branch of an enumeration) it is
+    built again from the context. Proposals are therefore a function of the context alone, and
     ``propose(c, j)`` is the first j tokens of ``propose(c, k)`` for j <= k. Draws no randomness.
+    A drafter kept across requests (a server's: a follow-up turn's prompt extends the last
+    request's context, so only its new tokens are indexed) is told where each request begins
+    (:meth:`begin_request`).
     """
 
     vocab_size: int
@@ -174,6 +177,11 @@ class SuffixDrafter(OneHotProposals):
             raise ValueError(f"min_probability must lie in [0, 1], got {self.min_probability}")
         self._index = SuffixIndex(self.max_match + self.max_tokens)
 
+    def begin_request(self) -> None:
+        """A new request begins: it reads the history as it stands now (the request's own
+        index is kept, for a prompt that extends it)."""
+        self._history_version = self.history.version if self.history else 0
+
     def propose_tokens(self, prefix: Sequence[int], k: int) -> list[int]:
         """The proposed tokens alone, without q (a
         :class:`~spec_decode.drafting.drafters.DeterministicDrafter`)."""
@@ -181,7 +189,7 @@ class SuffixDrafter(OneHotProposals):
         if len(prefix) < indexed or list(prefix[:indexed]) != self._index.tokens:
             self._index, indexed = SuffixIndex(self._index.depth), 0
         if indexed == 0:  # a new request (or branch): it reads the history as it stands now
-            self._history_version = self.history.version if self.history else 0
+            self.begin_request()
         elif self.history is not None and self.history.version != self._history_version:
             raise ValueError("the shared suffix history changed in the middle of a request")
         self._index.extend(prefix[indexed:])

@@ -68,12 +68,12 @@ from spec_decode.core.randomness import RandomSource
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Step, Trace
 from spec_decode.core.tree import TreeShape
-from spec_decode.drafting.auto import auto_planner, draft_model_can_pay
+from spec_decode.drafting.auto import auto_planner, draft_model_can_pay, suffix_drafter
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import POLICY_NAMES, policy_by_name
 from spec_decode.drafting.rule_choice import DEFAULT_RULE, RuleChoice, rule_by_name
-from spec_decode.drafting.suffix import SuffixHistory
+from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 from spec_decode.serving.text import IncrementalText
 
 #: Why a generation ended: an end-of-generation token or a stop string, the token limit, or
@@ -227,6 +227,9 @@ class Engine:
     costs: CostCurve | None
     k: int
     history: SuffixHistory = field(default_factory=SuffixHistory)
+    #: The auto planner's suffix drafters, with and without the history, kept across requests:
+    #: a follow-up turn's prompt extends the last context, so only its new tokens are indexed.
+    _suffix: dict[bool, SuffixDrafter] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -392,7 +395,14 @@ class Engine:
             assert self.costs is not None  # loaded with the curve
             model = choice.model_drafter(draft, sampling, config.confidence) if draft else None
             shared = self.history if history and config.shared_history else None
-            planner = auto_planner(self.costs, target.vocab_size, model, self.k, shared)
+            suffix = self._suffix.get(shared is not None)
+            if suffix is None:
+                suffix = suffix_drafter(self.costs, target.vocab_size, self.k, shared)
+                self._suffix[shared is not None] = suffix
+            suffix.begin_request()
+            planner = auto_planner(
+                self.costs, target.vocab_size, model, self.k, shared, suffix=suffix
+            )
             return choice.planned_step(target, planner.drafters, planner, sampling)
         if config.tree is not None:
             drafter = choice.tree_drafter(draft, sampling)
