@@ -113,18 +113,24 @@ REPORT = (
 )
 
 
-def loaded_folder(env: dict[str, str]) -> str:
+def report(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """:data:`REPORT` in a fresh interpreter, under this environment without the library
+    choices, plus ``env``."""
     base = {k: v for k, v in os.environ.items() if k not in (LIB_PATH_ENV, CHOICE_ENV)}
     src = str(Path(__file__).resolve().parents[2] / "src")
     base["PYTHONPATH"] = src + os.pathsep + base.get("PYTHONPATH", "")
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", REPORT],
         env={**base, **env},
         capture_output=True,
         text=True,
-        check=True,
         timeout=120,
     )
+
+
+def loaded_folder(env: dict[str, str]) -> str:
+    out = report(env)
+    assert out.returncode == 0, out.stderr
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -152,16 +158,7 @@ def test_load_refuses_a_build_this_cpu_cannot_run(running_libraries, tmp_path):
     shutil.copytree(running_libraries, kernels / "lib", symlinks=True)
     info = {"cpu_flags": ["avx512_imaginary"], "exact_rows": 64}
     (kernels / "lib" / build.BUILD_INFO).write_text(json.dumps(info))
-    env = {build.KERNELS_ENV: str(kernels), LIB_PATH_ENV: str(kernels / "lib")}
-    base = {k: v for k, v in os.environ.items() if k not in (LIB_PATH_ENV, CHOICE_ENV)}
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    out = subprocess.run(
-        [sys.executable, "-c", REPORT],
-        env={**base, **env, "PYTHONPATH": src},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = report({build.KERNELS_ENV: str(kernels), LIB_PATH_ENV: str(kernels / "lib")})
     from spec_decode.backends.llamacpp.library import own_library_folder
 
     if own_library_folder() is None:

@@ -147,24 +147,20 @@ class AutoPlanner:
         the same call would delay it by their cost)."""
         cap = min(self.k_max, k_max)
         best, best_rate = ("", 0), (1.0 + self.margin) / self.costs.target(1)
-        proposals: dict[str, list[int]] = {}
         if cap == 0:
             return Plan(*best)
+        proposals = {
+            name: drafter.propose_tokens(context, cap)
+            for name, drafter in self.drafters.items()
+            if name != self.model
+        }
         if trace.target_passes == 0:
-            proposals = {
-                name: drafter.propose_tokens(context, cap)
-                for name, drafter in self.drafters.items()
-                if name != self.model
-            }
             return Plan(*best, proposals)
-        for name, drafter in self.drafters.items():
-            if name == self.model:
-                continue
-            proposals[name] = drafter.propose_tokens(context, cap)
+        for name, proposal in proposals.items():
             survival = copy_survival(
                 trace,
                 name,
-                len(proposals[name]),
+                len(proposal),
                 self.priors.get(name, self.prior_alpha),
                 self.prior_weight,
                 self.copy_memory,
@@ -268,11 +264,12 @@ def copy_survival(
     seen_at = [0] * STREAK_BUCKETS
     observed = base  # tokens before this position were counted already
     for start, matched, proposed in reached:
-        for t in range(max(start, observed), min(start + matched + 1, start + proposed, end)):
+        stop = min(start + matched + 1, start + proposed, end)  # the matches, then the miss
+        for t in range(max(start, observed), stop):
             bucket = streak_bucket(streak[t - base])
             seen_at[bucket] += 1
             right_at[bucket] += t < start + matched
-        observed = max(observed, min(start + matched + 1, start + proposed, end))
+        observed = max(observed, stop)
     rates, prior = [], prior_alpha
     for right, seen in zip(right_at, seen_at, strict=True):
         weight = seen + prior_weight
@@ -328,9 +325,11 @@ def auto_planner(
     drafter kept from earlier requests (:func:`suffix_drafter`, the same arguments), in place of
     a new one."""
     longest = longest_proposal(costs, k_max)
+    if suffix is None:
+        suffix = suffix_drafter(costs, vocab_size, k_max, history)
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(vocab_size, min_ngram=2, max_tokens=longest),
-        "suffix": suffix or suffix_drafter(costs, vocab_size, k_max, history),
+        "suffix": suffix,
         "long_lookup": PromptLookupDrafter(
             vocab_size, min_ngram=LONG_MATCH, max_ngram=LONG_MATCH, max_tokens=longest
         ),

@@ -322,11 +322,12 @@ def build(
                 source = unpack_llama_cpp(sdist, work / "src")
                 apply_patch(source, log)
                 log(f"compiling the exact-rows {', '.join(TARGETS)} with -j {jobs} (minutes)")
-                compile_libraries(source, work / "build", cmake_args(flags), jobs, staging)
+                patched = cmake_args(flags)
+                compile_libraries(source, work / "build", patched, jobs, staging)
                 exact_rows = marker_of(staging)
                 if exact_rows <= 0:
                     raise RuntimeError("the patched libraries report no exact rows")
-                args = cmake_args(flags)
+                args = patched
             except (subprocess.CalledProcessError, RuntimeError, OSError) as error:
                 fallback = f"the exact-rows build failed: {error}"
         if fallback is not None:

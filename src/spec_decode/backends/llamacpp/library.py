@@ -23,7 +23,6 @@ process's environment, which child processes (a server, a CLI run by a test) inh
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import warnings
@@ -65,12 +64,10 @@ def own_library_folder() -> Path | None:
     return folder if any(folder.glob("libllama.*")) else None
 
 
-def runnable(folder: Path, flags: frozenset[str]) -> str | None:
-    """Why this CPU (``flags``) cannot run the build in ``folder``, or None when it can (or the
-    folder records no flags: not a spec-decode build)."""
-    try:
-        info = json.loads((folder / build.BUILD_INFO).read_text())
-    except (OSError, ValueError):
+def runnable(folder: Path, info: dict | None, flags: frozenset[str]) -> str | None:
+    """Why this CPU (``flags``) cannot run the build in ``folder`` whose ``build-info.json`` is
+    ``info``, or None when it can (or there is no build info: not a spec-decode build)."""
+    if info is None:
         return None
     missing = sorted(set(info.get("cpu_flags", ())) - flags)
     if missing:
@@ -83,7 +80,7 @@ def choose(environ: Mapping[str, str], flags: frozenset[str], own: Path | None) 
     own folder (``own``; None when it has none). Pure: :func:`load` applies the result."""
     user = environ.get(LIB_PATH_ENV)
     if user:
-        refused = runnable(Path(user), flags)
+        refused = runnable(Path(user), build.read_build_info(Path(user)), flags)
         if refused is None:
             return Libraries(Path(user), LIB_PATH_ENV)
         if own is None:
@@ -97,19 +94,17 @@ def choose(environ: Mapping[str, str], flags: frozenset[str], own: Path | None) 
             )
         return Libraries(None, "llama-cpp-python")
     ours = build.lib_dir(flags)
-    refused = None
-    if (ours / build.BUILD_INFO).is_file():
-        refused = runnable(ours, flags)
-        if refused is None:
-            info = json.loads((ours / build.BUILD_INFO).read_text())
-            if info.get("exact_rows"):
-                return Libraries(ours, "spec-decode's exact-rows build")
-            return Libraries(
-                ours,
-                "spec-decode's stock build",
-                f"spec-decode built stock llama.cpp here ({info.get('fallback_reason')}): "
-                "drafted blocks are exact only up to a few tokens",
-            )
+    info = build.read_build_info(ours)
+    refused = runnable(ours, info, flags)
+    if info is not None and refused is None:
+        if info.get("exact_rows"):
+            return Libraries(ours, "spec-decode's exact-rows build")
+        return Libraries(
+            ours,
+            "spec-decode's stock build",
+            f"spec-decode built stock llama.cpp here ({info.get('fallback_reason')}): "
+            "drafted blocks are exact only up to a few tokens",
+        )
     if own is not None:
         why = refused or "no spec-decode build for this CPU"
         return Libraries(
