@@ -210,3 +210,18 @@ def make_fake_sdist(path: Path) -> None:
     (source / "CMakeLists.txt").write_text("project(fake)\n")
     with tarfile.open(path, "w:gz") as tar:
         tar.add(root / f"llama_cpp_python-{build.SDIST_VERSION}", arcname=source.parents[1].name)
+
+
+def test_build_kernels_refuses_an_sdist_that_is_not_the_pinned_one(tmp_path, cache):
+    """A wrong ``--sdist`` is bad input: exit 2 naming the sha256, nothing built or replaced."""
+    if shutil.which("cmake") is None:
+        pytest.skip("needs cmake")
+    from typer.testing import CliRunner
+
+    from spec_decode.cli.app import app
+
+    wrong = tmp_path / build.SDIST_NAME
+    wrong.write_bytes(b"not an sdist")
+    result = CliRunner().invoke(app, ["build-kernels", "--sdist", str(wrong), "--force"])
+    assert result.exit_code == 2 and "sha256" in result.output
+    assert not build.lib_dir().exists()

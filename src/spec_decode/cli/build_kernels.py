@@ -59,6 +59,9 @@ def build_kernels_command(
                 keep_work=work_dir is not None,
                 log=console.print,
             )
+        except ValueError as error:  # the sdist given is not the pinned one: the user's input
+            console.print(f"[red]error:[/] {error}")
+            raise typer.Exit(2) from error
         except Exception as error:  # a failed download, compiler or pip run
             if library.own_library_folder() is None:
                 console.print(f"[red]error:[/] building llama.cpp failed: {error}")
