@@ -8,8 +8,8 @@ Three parts, each written to ``bench/results/coupled.json`` and ``.md``:
   fresh (what the first of draft and target pays) and cached (what the second pays), beside the
   standard rule's categorical draw;
 * **toy Markov pairs** (vocabulary 32, k = 4): measured acceptance and tokens per pass of both
-  rules beside their exact long runs (:func:`spec_decode.theory.markov_expectation`,
-  :func:`spec_decode.coupling_theory.coupled_markov_expectation`);
+  rules beside their exact long runs (:func:`spec_decode.theory.standard.markov_expectation`,
+  :func:`spec_decode.theory.coupled.coupled_markov_expectation`);
 * **the Qwen pair** on llama.cpp (1.5B target, 0.5B draft, ``--k`` fixed): per prompt and
   temperature, target-only decoding with positional noise, the standard rule and the coupled rule
   (acceptance, tokens per pass, tokens per second, and whether the coupled output is target-only's
@@ -40,8 +40,8 @@ from spec_decode.core.noise import RaceNoise, SeededNoise, UniformNoise, positio
 from spec_decode.core.randomness import NumpySource
 from spec_decode.core.rules import exact_rule
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.coupling_theory import coupling_match
 from spec_decode.drafting.speculative import generate_speculative
+from spec_decode.theory.coupled import coupling_match
 from spec_decode.toy.experiments import ToySetup, run_experiment
 
 VOCAB = 151_936

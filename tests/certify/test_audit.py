@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spec_decode import zoo
-from spec_decode.certify import audit as audit_module
+from spec_decode.certify import in_process, zoo
 from spec_decode.certify.audit import EXACT_TV_TOLERANCE, audit
 from spec_decode.certify.goodness_of_fit import detectable_tv
 from spec_decode.certify.grid import audit_cases
@@ -163,7 +162,7 @@ def test_crash_reports_carry_the_case_the_inputs_and_the_frame():
 
 @pytest.mark.slow
 def test_an_enumeration_over_budget_turns_statistical_and_says_so(monkeypatch):
-    monkeypatch.setattr(audit_module, "CASE_PATHS", 10)
+    monkeypatch.setattr(in_process, "CASE_PATHS", 10)  # the budget the run reads
     report = audit(cases=audit_cases()[2:3], statistical_runs=2_000)
     assert report.method == "statistical" and "more than 10" in report.fallback
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from spec_decode import zoo
+from spec_decode.certify import zoo
 from spec_decode.certify.audit import audit
 from spec_decode.certify.grid import audit_cases
 from spec_decode.cli.app import app

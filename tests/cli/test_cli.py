@@ -106,7 +106,8 @@ def test_audit_of_unusable_code_exits_2_with_a_message(
 def test_audit_imports_from_the_current_directory_and_picks_cases(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my_rules_for_the_audit.py").write_text(
-        "from spec_decode.zoo import exact_up_to_three as long_block_rule_with_a_long_name\n"
+        "from spec_decode.certify.zoo import exact_up_to_three\n"
+        "long_block_rule_with_a_long_name = exact_up_to_three\n"
     )
     spec = "my_rules_for_the_audit:long_block_rule_with_a_long_name"
     result = runner.invoke(app, ["audit", spec, "--case", "k=8", "--case", "k=4, plain"])
@@ -120,7 +121,7 @@ def test_audit_imports_from_the_current_directory_and_picks_cases(tmp_path, monk
 
 @pytest.mark.slow
 def test_audit_tolerance_separates_rounding_from_bias():
-    args = ["audit", "spec_decode.zoo:float32_rule", "--case", "k=8", "--json"]
+    args = ["audit", "zoo:float32_rule", "--case", "k=8", "--json"]
     strict = runner.invoke(app, args)
     assert strict.exit_code == 1
     payload = json.loads(strict.output)

@@ -37,7 +37,7 @@ from spec_decode.core.tree_rules import verify_tree
 from spec_decode.drafting.policies import expected_tokens_per_pass
 from spec_decode.drafting.speculative import generate_tree
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter, draw_siblings
-from spec_decode.theory import (
+from spec_decode.theory.standard import (
     MAX_THEORY_BRANCHES,
     markov_expectation,
     sibling_outcome,

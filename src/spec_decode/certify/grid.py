@@ -168,7 +168,7 @@ _SHAPES = ((2, 1), (3, 2), (4, 1), (3, 3), (2, 3), (4, 2))
 
 #: Deep and wide cases (kind, vocabulary, k, control index): k up to 8 on V = 2, where the path
 #: count allows it, and vocabularies 5 and 6. Each stays within the per-case budget of the auditor
-#: (:data:`spec_decode.certify.audit.CASE_PATHS` paths, :data:`~spec_decode.certify.audit.
+#: (:data:`spec_decode.certify.report.CASE_PATHS` paths, :data:`~spec_decode.certify.report.
 #: CASE_SECONDS` seconds); the CLI's ``--case`` picks any of them.
 _DEEP_AND_WIDE = (
     ("peaked", 2, 4, 0),

@@ -39,18 +39,18 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from spec_decode.certify.audit import (
+from spec_decode.certify.grid import AuditCase, pick_cases
+from spec_decode.certify.in_process import audit_here
+from spec_decode.certify.report import (
     CASE_SECONDS,
     AuditReport,
     AuditSettings,
     CaseResult,
     StartCallback,
-    audit_here,
 )
-from spec_decode.certify.grid import AuditCase, pick_cases
 
 #: Wall-clock seconds one case may run before the code under test is stopped: well above the
-#: enumeration's own budget (:data:`~spec_decode.certify.audit.CASE_SECONDS` of CPU time, past
+#: enumeration's own budget (:data:`~spec_decode.certify.report.CASE_SECONDS` of CPU time, past
 #: which a case turns statistical) even when a busy machine gives the child a fraction of a
 #: core, so only code that hangs, or is far slower than any engine's sampler, meets it.
 CASE_TIMEOUT = 5 * CASE_SECONDS
@@ -74,12 +74,21 @@ class UnusableCode(ValueError):
         self.option = option
 
 
+#: Short names for the code this project ships to audit: ``zoo:NAME`` (the re-created engine
+#: bugs and their exact controls) and ``hf:NAME`` (Hugging Face's own verification functions).
+ALIASES = {
+    "zoo": "spec_decode.certify.zoo",
+    "hf": "spec_decode.certify.third_party.transformers_rule",
+}
+
+
 def split_spec(spec: str, option: str) -> tuple[str, str]:
-    """``module:attribute`` as its two parts, or :class:`UnusableCode`."""
+    """``module:attribute`` as its two parts (a module named in :data:`ALIASES` replaced by the
+    module it stands for), or :class:`UnusableCode`."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UnusableCode(option, f"expected module:attribute, got {spec!r}")
-    return module_name, attribute
+    return ALIASES.get(module_name, module_name), attribute
 
 
 def import_code(spec: str, option: str) -> object:

@@ -110,7 +110,10 @@ def _user_code(rule: str | None, drafter: str | None, tree_rule: str | None) -> 
 def audit_command(
     rule: Annotated[
         str | None,
-        typer.Argument(help="Verification rule to audit, as module:attribute (default: ours)."),
+        typer.Argument(
+            help="Verification rule to audit, as module:attribute, zoo:NAME or hf:NAME "
+            "(default: ours)."
+        ),
     ] = None,
     drafter: Annotated[
         str | None,

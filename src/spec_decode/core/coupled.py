@@ -16,7 +16,7 @@ drawing with the same noise (x_t = S(q_t, xi_t),
 :class:`~spec_decode.drafting.drafters.ModelDrafter` with ``coupled=True``) is accepted when both
 races pick the same token: P(x = y = i) = 1 / sum_j max(p_j / p_i, q_j / q_i) for the race, at
 least (1 - TV) / (1 + TV) in all, against 1 - TV for the standard rule
-(:mod:`spec_decode.coupling_theory`). In a tree, siblings are the top m of the draft's race at
+(:mod:`spec_decode.theory.coupled`). In a tree, siblings are the top m of the draft's race at
 their depth, and the child equal to y is accepted.
 
 Position bookkeeping is the whole of the rule's correctness: the token at step offset i uses

@@ -130,7 +130,7 @@ def draft_from_target(
     ``agreement`` a = 1 gives the target itself and a = 0 an unrelated model. Since
     min(p, a p + (1 - a) r) = a p + (1 - a) min(p, r), the acceptance probability in each context
     is exactly ``a + (1 - a) * sum(min(p, r))``: never below ``a``, and above it by the chance
-    overlap of the two models. :func:`spec_decode.theory.markov_expectation` computes its
+    overlap of the two models. :func:`spec_decode.theory.standard.markov_expectation` computes its
     long-run value exactly.
     """
     if not 0 <= agreement <= 1:

@@ -3,9 +3,9 @@ scripts.
 
 Each experiment generates text with a random Markov target and a draft of given agreement, and
 puts the measured figures next to the exact expectation of
-:func:`spec_decode.theory.markov_expectation` (chains) or
-:func:`spec_decode.theory.tree_markov_expectation` (trees, also beside the chain that drafts as
-many tokens per step).
+:func:`spec_decode.theory.standard.markov_expectation` (chains) or
+:func:`spec_decode.theory.standard.tree_markov_expectation` (trees, also beside the chain that
+drafts as many tokens per step).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import numpy as np
 from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
-from spec_decode.coupling_theory import coupled_markov_expectation
 from spec_decode.drafting.policies import expected_tokens_per_pass, policy_by_name
 from spec_decode.drafting.rule_choice import rule_by_name
 from spec_decode.drafting.speculative import generate_speculative, generate_tree
-from spec_decode.theory import markov_expectation, tree_markov_expectation
+from spec_decode.theory.coupled import coupled_markov_expectation
+from spec_decode.theory.standard import markov_expectation, tree_markov_expectation
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def run_experiment(
     ``draft_cost`` as its cost ratio); ``min_confidence`` is the draft's confidence cut-off;
     ``on_tokens`` is called with each step's tokens (for progress); ``rule`` names the rule
     (:data:`~spec_decode.drafting.rule_choice.RULE_NAMES`; the coupled rule's expectation is
-    :func:`~spec_decode.coupling_theory.coupled_markov_expectation`, race noise).
+    :func:`~spec_decode.theory.coupled.coupled_markov_expectation`, race noise).
     """
     choice = rule_by_name(rule)
     if n_tokens < 1:

@@ -1,4 +1,4 @@
-"""A GGUF model run by llama.cpp behind the :class:`spec_decode.models.Model` interface.
+"""A GGUF model run by llama.cpp behind the :class:`spec_decode.core.models.Model` interface.
 
 The model file is read as it is (quantized weights included, no conversion; into memory rather
 than memory-mapped, so a change to the file cannot reach a running model) and driven

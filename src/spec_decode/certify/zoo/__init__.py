@@ -3,7 +3,7 @@
 Each broken entry re-creates one mechanism and its docstring says what it does to the output;
 ``spec-decode audit --zoo`` must FAIL every one (``BROKEN_RULES``, ``BROKEN_DRAFTERS``) and PASS
 the controls that are exact and often wrongly suspected (``EXACT_RULES``, ``EXACT_DRAFTERS``).
-Audit one by name, e.g. ``spec-decode audit spec_decode.zoo:inverted_ratio``. Broken tree code
+Audit one by name, e.g. ``spec-decode audit zoo:inverted_ratio``. Broken tree code
 lives in :mod:`spec_decode.certify.zoo.trees`.
 """
 

@@ -1,5 +1,5 @@
 """What the coupled rule accepts, exactly: closed forms for one position and the long run on a
-Markov pair (the standard rule's are in :mod:`spec_decode.theory`).
+Markov pair (the standard rule's are in :mod:`spec_decode.theory.standard`).
 
 Under the coupled rule (:mod:`spec_decode.core.coupled`) a draft x = S(q, xi) is accepted when the
 target's y = S(p, xi) equals it, so the acceptance probability at a position is the mass of the
@@ -16,9 +16,9 @@ coupling on the diagonal, sum_i P(x = y = i):
 
 A one-hot draft of x is accepted with probability p(x) under every sampler, as under the standard
 rule. :func:`coupled_markov_expectation` follows the chain of contexts exactly as
-:func:`~spec_decode.theory.markov_expectation` does, with min(p, q) replaced by the coupling's
-diagonal and the rejection row max(p - q, 0) by p minus it (a rejection emits y, distributed as
-p, on the event y != x).
+:func:`~spec_decode.theory.standard.markov_expectation` does, with min(p, q) replaced by the
+coupling's diagonal and the rejection row max(p - q, 0) by p minus it (a rejection emits y,
+distributed as p, on the event y != x).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 from spec_decode.core.models import MarkovModel
 from spec_decode.core.noise import NOISE_BLOCK
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.theory import MarkovExpectation, chain_expectation, check_pair
+from spec_decode.theory.standard import MarkovExpectation, chain_expectation, check_pair
 
 #: The samplers with a closed form here (the names of :data:`spec_decode.core.noise.SAMPLERS`).
 MATCH_SAMPLERS = ("race", "flat-race", "inverse-cdf")
@@ -100,7 +100,7 @@ def coupled_markov_expectation(
     From context s, the drafted token is kept and the context moves to s+i with probability
     m_s(i) = P(x = y = i); a rejection emits y = i with probability p_s(i) - m_s(i); the bonus
     emits p_s. Each position's noise is independent of everything before it, so steps form the
-    same chain of contexts as under the standard rule (see :mod:`spec_decode.theory`).
+    same chain of contexts as under the standard rule (see :mod:`spec_decode.theory.standard`).
     """
     check_pair(target, draft, k)
     sampling = sampling or SamplingParams()

@@ -7,7 +7,7 @@ accept at a rate that varies with the context, and plugging the average alpha in
 biased (it is concave in alpha). :func:`markov_expectation` instead computes the long-run figures
 of a Markov model pair exactly, by following the chain of contexts at which steps begin.
 
-Trees (:func:`spec_decode.core.generate.generate_tree`) get the same treatment:
+Trees (:func:`spec_decode.drafting.speculative.generate_tree`) get the same treatment:
 :func:`sibling_outcome` is the exact effect of verifying one node's candidates, and
 :func:`tree_markov_expectation` follows the contexts through a walk whose acceptance depends on the
 width at each depth.
@@ -96,7 +96,7 @@ def chain_expectation(
     ``kept[s, x]`` (moving to s+x), and otherwise emits y with probability p_s(y) - kept[s, y]
     and stops; after k kept drafts it emits a bonus from ``p``. min(p, q) is the standard rule
     (p - min(p, q) = max(p - q, 0)); any rule whose emitted token is distributed as p has this
-    form (:mod:`spec_decode.coupling_theory`)."""
+    form (:mod:`spec_decode.theory.coupled`)."""
     accept, reject, bonus = (_transition(target, w) for w in (kept, np.maximum(p - kept, 0.0), p))
     depth = min(k, _reachable_depth(float(kept.sum(axis=1).max())))
     emitted, accepted = _long_run([accept] * depth, [reject] * depth, bonus, start)

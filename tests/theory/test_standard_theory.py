@@ -7,7 +7,7 @@ import pytest
 
 from spec_decode import draft_from_target, generate_speculative, random_markov
 from spec_decode.drafting.policies import expected_speedup, expected_tokens_per_pass, optimal_k
-from spec_decode.theory import markov_expectation
+from spec_decode.theory.standard import markov_expectation
 
 
 def test_iid_formulas():

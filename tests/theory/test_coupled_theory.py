@@ -11,7 +11,7 @@ from scipy import stats
 from spec_decode import SamplingParams
 from spec_decode.certify.enumeration import enumerate_outputs
 from spec_decode.core.noise import NOISE_BLOCK, SeededNoise, UniformNoise
-from spec_decode.coupling_theory import (
+from spec_decode.theory.coupled import (
     coupled_markov_expectation,
     coupling_match,
     inverse_cdf_match,
