@@ -27,7 +27,8 @@ from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.speculative import generate_speculative
-from spec_decode.serving.engine import Engine, EngineConfig
+from spec_decode.serving.config import EngineConfig
+from spec_decode.serving.engine import Engine
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -184,7 +185,10 @@ def run_auto(
         costs,
         k=k_max,
     )
-    completion = engine.generate(ids, tokens, sampling=SamplingParams(temperature), seed=seed)
+    request = engine.prepare(
+        ids, max_tokens=tokens, sampling=SamplingParams(temperature), seed=seed
+    )
+    completion = engine.generate(request)
     return trace_record(completion.trace, completion.seconds)
 
 

@@ -27,7 +27,8 @@ from prompt_sets import sample
 
 from spec_decode.backends.llamacpp.kernels import kernels_status
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.serving.engine import Engine, EngineConfig
+from spec_decode.serving.config import EngineConfig
+from spec_decode.serving.engine import Engine
 
 GREEDY, SAMPLED = SamplingParams(temperature=0), SamplingParams(temperature=0.7)
 SEED = 3
@@ -68,9 +69,10 @@ def main() -> None:
         for name, engine, sampling, target_only in variants(lookup, auto):
             engine.forget()
             seed = SEED if sampling.temperature > 0 else None
-            done = engine.generate(
-                ids, args.tokens, sampling=sampling, seed=seed, target_only=target_only
+            request = engine.prepare(
+                ids, max_tokens=args.tokens, sampling=sampling, seed=seed, target_only=target_only
             )
+            done = engine.generate(request)
             runs[name] = {
                 "tokens": done.tokens,
                 "seconds": done.seconds,

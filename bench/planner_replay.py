@@ -34,7 +34,8 @@ def collect(args: argparse.Namespace) -> None:
     from prompt_sets import code_edit_sessions, humaneval, mtbench_conversations
 
     from spec_decode.core.sampling import SamplingParams
-    from spec_decode.serving.engine import Engine, EngineConfig
+    from spec_decode.serving.config import EngineConfig
+    from spec_decode.serving.engine import Engine
 
     engine = Engine.load(EngineConfig(threads=args.threads))
     greedy = SamplingParams(temperature=0)
@@ -46,8 +47,11 @@ def collect(args: argparse.Namespace) -> None:
         messages: list[dict[str, str]] = []
         for number, text in enumerate(session.turns):
             messages.append({"role": "user", "content": text})
-            ids = engine.encode_chat(messages)
-            done = engine.generate(ids, args.tokens, sampling=greedy, target_only=True)
+            request = engine.prepare(
+                messages, max_tokens=args.tokens, sampling=greedy, target_only=True
+            )
+            ids = list(request.prompt)
+            done = engine.generate(request)
             messages.append({"role": "assistant", "content": done.text})
             turns.append(
                 {
@@ -60,8 +64,11 @@ def collect(args: argparse.Namespace) -> None:
             )
             print(session.category, session.source_id, number, len(ids), len(done.tokens))
     for prompt in humaneval(args.humaneval, args.seed):
-        ids = engine.encode(prompt.text, raw=True)
-        done = engine.generate(ids, args.tokens, sampling=greedy, target_only=True)
+        request = engine.prepare(
+            prompt.text, max_tokens=args.tokens, raw=True, sampling=greedy, target_only=True
+        )
+        ids = list(request.prompt)
+        done = engine.generate(request)
         turns.append(
             {
                 "set": "humaneval",

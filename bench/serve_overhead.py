@@ -34,7 +34,8 @@ import httpx
 from _common import machine, write_results
 
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.serving.engine import Engine, EngineConfig
+from spec_decode.serving.config import EngineConfig
+from spec_decode.serving.engine import Engine
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
@@ -45,12 +46,10 @@ GREEDY = SamplingParams(temperature=0)
 
 
 def in_process(engine: Engine, prompt: str, tokens: int) -> dict[str, float]:
-    ids = engine.encode(prompt)
+    request = engine.prepare(prompt, max_tokens=tokens, sampling=GREEDY)
     stamps: list[float] = []
     start = time.perf_counter()
-    done = engine.generate(
-        ids, tokens, sampling=GREEDY, on_step=lambda t, _: stamps.append(time.perf_counter())
-    )
+    done = engine.generate(request, on_step=lambda t, _: stamps.append(time.perf_counter()))
     return record(start, stamps[0], stamps[-1], len(done.tokens), done.tokens)
 
 

@@ -111,7 +111,7 @@ def test_a_model_is_found_in_the_cache_before_it_is_loaded(model):
 
 def test_generate_loads_a_draft_only_when_it_could_pay(model):
     pytest.importorskip("llama_cpp")
-    from spec_decode.serving.engine import draft_may_pay as _draft_may_pay
+    from spec_decode.serving.config import draft_may_pay as _draft_may_pay
 
     cpu = CostCurve((1, 2, 3, 5, 9, 17), (0.030, 0.0465, 0.063, 0.099, 0.180, 0.225))
     draft = str(model.path)

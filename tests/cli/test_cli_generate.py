@@ -63,7 +63,7 @@ def test_generate_streams_text_and_summary(tiny_pair):
         "--max-new-tokens", "8", "--temperature", "0.7", "--seed", "3",
     )  # fmt: skip
     assert code == 0, output
-    assert "tokens/s" in output and "acceptance" in output
+    assert "tok/s" in output and "accepted" in output
 
 
 def test_generate_rejects_bad_inputs(tiny_pair, tmp_path, tiny_qwen2_folder):

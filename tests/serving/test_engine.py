@@ -1,6 +1,7 @@
 """The engine on the tiny GGUF pair: one load, many generations; output equal to target-only
-decoding; a warm request's rows bitwise those of a cold one; stop strings, cancellation and
-the shared history."""
+decoding; a warm request's rows bitwise those of a cold one; stop strings, cancellation, the
+shared history, typed refusals; and under the coupled rule (the default) a request's speculative
+output is its target-only output for the seed at any temperature."""
 
 from __future__ import annotations
 
@@ -9,10 +10,19 @@ import threading
 import numpy as np
 import pytest
 
+from spec_decode.core.errors import BadPrompt, BadRequest, ContextTooLong
 from spec_decode.core.generate import generate_autoregressive
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.serving.engine import Engine, EngineConfig
+from spec_decode.serving.config import EngineConfig
+from spec_decode.serving.engine import Engine
 from spec_decode.serving.text import IncrementalText
+
+
+def run(engine: Engine, prompt, max_tokens: int, *, on_step=None, cancel=None, **controls):
+    """``engine`` generating for ``prompt`` with these controls (the request prepared first)."""
+    request = engine.prepare(prompt, max_tokens=max_tokens, **controls)
+    return engine.generate(request, on_step=on_step, cancel=cancel)
+
 
 GREEDY = SamplingParams(temperature=0)
 WARM = SamplingParams(temperature=0.8)
@@ -51,7 +61,7 @@ def recorded_rows(engine: Engine, monkeypatch) -> list[np.ndarray]:
 
 def test_greedy_output_is_target_only_output(engine, cold):
     prompt = engine.encode_chat([{"role": "user", "content": "hello world"}])
-    done = engine.generate(prompt, 40, sampling=GREEDY)
+    done = run(engine, prompt, 40, sampling=GREEDY)
     cold.forget()
     reference = generate_autoregressive(
         cold.target.model, prompt, 40, np.random.default_rng(0), sampling=GREEDY
@@ -63,15 +73,15 @@ def test_greedy_output_is_target_only_output(engine, cold):
 def test_a_warm_turn_computes_bitwise_the_rows_of_a_cold_one(engine, cold, monkeypatch):
     first = [{"role": "user", "content": "write the alphabet backwards please"}]
     prompt = engine.encode_chat(first)
-    answer = engine.generate(prompt, 24, sampling=WARM, seed=5)
+    answer = run(engine, prompt, 24, sampling=WARM, seed=5)
     second = [*first, {"role": "assistant", "content": answer.text}]
     second.append({"role": "user", "content": "and now forwards"})
     prompt2 = engine.encode_chat(second)
     warm_rows = recorded_rows(engine, monkeypatch)
-    warm = engine.generate(prompt2, 24, sampling=WARM, seed=7)
+    warm = run(engine, prompt2, 24, sampling=WARM, seed=7)
     cold.forget()
     cold_rows = recorded_rows(cold, monkeypatch)
-    reference = cold.generate(prompt2, 24, sampling=WARM, seed=7)
+    reference = run(cold, prompt2, 24, sampling=WARM, seed=7)
     # the stock build reuses prompt rows only; the exact-rows build the answer's rows as well
     reusable = len(prompt) if engine.target.model.invariant_batch_size != 1 else len(prompt2)
     assert 0 < warm.cached_tokens <= reusable and reference.cached_tokens == 0
@@ -101,11 +111,16 @@ def test_reuse_keeps_only_whole_tiles_of_batch_invariant_calls(engine, monkeypat
 
 def test_stop_strings_cut_the_text_and_end_the_generation(engine):
     prompt = engine.encode("abc", raw=True)
-    full = engine.generate(prompt, 30, sampling=GREEDY)
+    full = run(engine, prompt, 30, sampling=GREEDY)
     stop = full.text[5:8]
     pieces: list[str] = []
-    done = engine.generate(
-        prompt, 30, sampling=GREEDY, stop=[stop], on_step=lambda _, text: pieces.append(text)
+    done = run(
+        engine,
+        prompt,
+        30,
+        sampling=GREEDY,
+        stop=[stop],
+        on_step=lambda _, text: pieces.append(text),
     )
     assert done.finish_reason == "stop"
     assert done.text == full.text[: full.text.index(stop)] == "".join(pieces)
@@ -122,28 +137,44 @@ def test_cancellation_stops_within_a_step_and_leaves_no_trace(engine, cold):
         if len(steps) == 2:
             cancel.set()
 
-    done = engine.generate(prompt, 100, sampling=GREEDY, on_step=on_step, cancel=cancel)
+    done = run(engine, prompt, 100, sampling=GREEDY, on_step=on_step, cancel=cancel)
     assert done.finish_reason == "cancelled" and done.trace.target_passes == 2
-    after = engine.generate(prompt, 20, sampling=WARM, seed=3)
+    after = run(engine, prompt, 20, sampling=WARM, seed=3)
     cold.forget()
-    assert after.tokens == cold.generate(prompt, 20, sampling=WARM, seed=3).tokens
+    assert after.tokens == run(cold, prompt, 20, sampling=WARM, seed=3).tokens
 
 
 def test_the_history_grows_by_finished_requests(engine):
     before = engine.history.version
-    engine.generate(engine.encode("xyz", raw=True), 5, sampling=GREEDY)
+    run(engine, engine.encode("xyz", raw=True), 5, sampling=GREEDY)
     assert engine.history.version == before + 1
 
 
-def test_bad_requests_are_value_errors(engine):
-    with pytest.raises(ValueError, match="prompt is empty"):
-        engine.generate([], 5)
-    with pytest.raises(ValueError, match="context window"):
-        engine.generate([4, 5], engine.context_window)
-    with pytest.raises(ValueError, match="token ids"):
-        engine.generate([4, 10_000], 5)
-    with pytest.raises(ValueError, match="stop strings"):
-        engine.generate([4, 5], 5, stop=[""])
+def test_bad_requests_are_typed_value_errors_naming_the_field(engine):
+    cases = [
+        (lambda: run(engine, [], 5), BadPrompt, "prompt", "prompt is empty"),
+        (lambda: run(engine, "", 5, raw=True), BadPrompt, "prompt", "prompt is empty"),
+        (lambda: run(engine, [4, 5], engine.context_window), ContextTooLong, "prompt", "window"),
+        (lambda: run(engine, [4, 10_000], 5), BadPrompt, "prompt", "token ids"),
+        (lambda: run(engine, [4, 0.5], 5), BadPrompt, "prompt", "whole number"),
+        (lambda: run(engine, [4, 5], 0), BadRequest, "max_tokens", ">= 1"),
+        (lambda: run(engine, [4, 5], 9, limit=8), BadRequest, "max_tokens", "limit of 8"),
+        (lambda: run(engine, [4, 5], 5, stop=[""]), BadRequest, "stop", "stop strings"),
+        (lambda: run(engine, [4, 5], 5, rule="typical"), BadRequest, "rule", "coupled"),
+    ]
+    for call, kind, param, words in cases:
+        with pytest.raises(kind, match=words) as caught:
+            call()
+        assert isinstance(caught.value, ValueError) and caught.value.param == param
+    assert caught.value.code is None
+    with pytest.raises(ContextTooLong) as caught:
+        run(engine, [4, 5], engine.context_window)
+    assert caught.value.code == "context_length_exceeded"
+
+
+def test_without_max_tokens_a_request_gets_the_rest_of_the_window_up_to_the_limit(engine):
+    assert engine.prepare([4, 5]).max_tokens == engine.context_window - 2
+    assert engine.prepare([4, 5], limit=7).max_tokens == 7
 
 
 class Letters:
@@ -168,3 +199,27 @@ def test_text_holds_back_split_characters_and_possible_stop_strings():
     assert text.finish() == ""
     partial = IncrementalText(tokenizer, stop=["XY"])
     assert partial.add([0, 5]) == "ab" and partial.finish() == "X"  # no stop after all
+
+
+@pytest.fixture(scope="module")
+def fixed(tiny_pair):
+    target, draft = tiny_pair
+    config = EngineConfig(target=str(target), draft=str(draft), threads=1, policy="fixed", k=3)
+    return Engine.load(config)
+
+
+def test_coupled_requests_equal_target_only_for_each_seed(fixed):
+    prompt = fixed.encode("abcab", raw=True)
+    sampling = SamplingParams(0.7)
+    for seed in range(4):
+        fixed.forget()
+        spec = run(fixed, prompt, 16, sampling=sampling, seed=seed)
+        fixed.forget()
+        plain = run(fixed, prompt, 16, sampling=sampling, seed=seed, target_only=True)
+        assert spec.tokens == plain.tokens
+        assert spec.trace.accepted > 0
+
+
+def test_an_unknown_rule_is_refused_before_loading():
+    with pytest.raises(ValueError, match="coupled, standard"):
+        EngineConfig(rule="typical")

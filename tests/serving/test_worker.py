@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.trace import Trace
-from spec_decode.serving.engine import Completion
+from spec_decode.serving.completion import Completion
+from spec_decode.serving.request import GenerationRequest
 from spec_decode.serving.worker import Closed, Job, QueueFull, Worker
 
 
@@ -25,25 +25,20 @@ class HeldEngine:
         self.release = threading.Event()
         self.started = threading.Event()
 
-    def generate(self, prompt, max_tokens, *, cancel, **_) -> Completion:
+    def generate(self, request: GenerationRequest, *, cancel, **_) -> Completion:
         self.started.set()
+        n = len(request.prompt)
         while not self.release.wait(0.005):
             if cancel():
-                return Completion([], "", "cancelled", len(prompt), 0, Trace(), 0.0)
-        return Completion([1], "x", "length", len(prompt), 0, Trace(), 0.0)
+                return Completion([], "", "cancelled", n, 0, Trace(), 0.0)
+        return Completion([1], "x", "length", n, 0, Trace(), 0.0)
 
-    def encode(self, text: str, raw: bool = False) -> list[int]:
-        return [1, 2]
-
-    def encode_chat(self, messages) -> list[int]:
-        return [1, 2]
-
-    def check_fits(self, n_prompt: int, max_tokens: int) -> None:
-        pass
+    def prepare(self, prompt, *, max_tokens=None, limit=None, raw=False, tools=None, **controls):
+        return GenerationRequest((1, 2), max_tokens or limit or 4, **controls)
 
 
 def job() -> Job:
-    return Job([1, 2], 4, SamplingParams())
+    return Job(GenerationRequest((1, 2), 4))
 
 
 def test_the_queue_is_bounded_and_first_in_first_out():
@@ -122,9 +117,9 @@ def test_the_engine_is_loaded_on_the_thread_that_runs_every_generation():
             threads.append(threading.get_ident())
             self.release.set()
 
-        def generate(self, prompt, max_tokens, **kwargs) -> Completion:
+        def generate(self, request, **kwargs) -> Completion:
             threads.append(threading.get_ident())
-            return super().generate(prompt, max_tokens, **kwargs)
+            return super().generate(request, **kwargs)
 
     worker = Worker(RecordingEngine, max_queue=2)
     for _ in range(2):

@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from spec_decode.core.errors import BadPrompt, ContextTooLong
+
 
 @dataclass
 class ForwardStats:
@@ -66,19 +68,23 @@ class PrefixCachedModel:
         return list(self._cached)
 
     def check_fits(self, n_prompt: int, n_new: int = 0) -> None:
-        """Raise ``ValueError`` unless a prompt of ``n_prompt`` tokens plus ``n_new`` fits."""
+        """:class:`~spec_decode.core.errors.BadPrompt` for an empty prompt, and
+        :class:`~spec_decode.core.errors.ContextTooLong` unless a prompt of ``n_prompt`` tokens
+        plus ``n_new`` fits (both are ``ValueError`` s)."""
         if n_prompt < 1:
-            raise ValueError("the prompt is empty: a causal LM needs at least one token")
+            raise BadPrompt("the prompt is empty: a causal LM needs at least one token")
         if n_prompt + n_new > self.context_window:
-            raise ValueError(
+            raise ContextTooLong(
                 f"prompt ({n_prompt} tokens) plus {n_new} new tokens exceeds the model's context "
                 f"window of {self.context_window} tokens"
             )
 
-    def check_ids(self, ids: list[int]) -> None:
-        """Raise ``ValueError`` unless every id in ``ids`` lies in the vocabulary."""
+    def check_ids(self, ids: Sequence[int]) -> None:
+        """:class:`~spec_decode.core.errors.BadPrompt` unless every id in ``ids`` lies in the
+        vocabulary."""
         if min(ids) < 0 or max(ids) >= self.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {ids}")
+            shown = list(ids) if len(ids) <= 16 else f"{len(ids)} ids"
+            raise BadPrompt(f"token ids must lie in [0, {self.vocab_size}), got {shown}")
 
     def next_dist(self, prefix: Sequence[int]) -> np.ndarray:
         """The distribution (float64, shape (V,)) of the token after ``prefix``."""

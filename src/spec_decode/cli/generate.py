@@ -9,6 +9,7 @@ Generation stops at an end-of-generation token or after ``--max-new-tokens``.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Annotated
 
@@ -17,6 +18,18 @@ from rich.console import Console
 from rich.table import Table
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
+from spec_decode.cli.engine_options import (
+    Backend,
+    Confidence,
+    Device,
+    Draft,
+    DraftWeights,
+    Policy,
+    Target,
+    TargetWeights,
+    Tree,
+    engine_config,
+)
 from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import (
     EngineK,
@@ -28,12 +41,12 @@ from spec_decode.cli.options import (
     TopP,
     print_json,
     prompt_text,
-    tree_shape,
 )
-from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption, rule_option
+from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.drafting.policies import POLICY_NAMES
-from spec_decode.serving.engine import LOOKUP, NO_DRAFT, Completion, Engine, EngineConfig
+from spec_decode.serving.completion import Completion
+from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig
+from spec_decode.serving.engine import Engine
 
 console = Console(stderr=True)
 
@@ -42,41 +55,13 @@ def generate_command(
     prompt: Annotated[
         str | None, typer.Option(help="The prompt (read from standard input if omitted).")
     ] = None,
-    target: Annotated[
-        str,
-        typer.Option(help="Packaged model name, a GGUF file (llama.cpp) or a transformers folder."),
-    ] = DEFAULT_TARGET,
-    draft: Annotated[
-        str,
-        typer.Option(
-            help="Packaged model name, GGUF file or transformers folder, or 'lookup' (prompt "
-            "lookup: drafts copied from the prompt and output, no draft model)."
-        ),
-    ] = DEFAULT_DRAFT,
+    target: Target = DEFAULT_TARGET,
+    draft: Draft = DEFAULT_DRAFT,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
     k: EngineK = None,
-    policy: Annotated[
-        str,
-        typer.Option(
-            help=f"How k is chosen before each step: auto, {', '.join(POLICY_NAMES)}. auto picks "
-            "a plain pass, prompt lookup, the suffix drafter or the draft model and k by expected "
-            "tokens per second on this machine's calibrated cost curve (see calibrate); adaptive "
-            "ones start at --k; cost measures the draft/target cost ratio as it goes."
-        ),
-    ] = "auto",
-    confidence: Annotated[
-        float,
-        typer.Option(
-            min=0.0, max=1.0, help="Stop drafting where the draft model's top probability is below."
-        ),
-    ] = 0.0,
-    tree: Annotated[
-        str | None,
-        typer.Option(
-            help="Draft a token tree instead of a chain: children per node, depth by depth, e.g. "
-            "2,2 (siblings drawn without replacement; replaces --k and --policy)."
-        ),
-    ] = None,
+    policy: Policy = "auto",
+    confidence: Confidence = 0.0,
+    tree: Tree = None,
     temperature: Temperature = 0.0,
     top_k: TopK = None,
     top_p: TopP = 1.0,
@@ -86,39 +71,28 @@ def generate_command(
     no_draft: Annotated[bool, typer.Option(help="Target-only decoding.")] = False,
     compare: Annotated[bool, typer.Option(help="Also run target-only and compare.")] = False,
     raw: Annotated[bool, typer.Option(help="Do not apply the chat template.")] = False,
-    target_weights: Annotated[
-        str, typer.Option(help="fp16 (exact block scores) or fp32.")
-    ] = "fp16",
-    draft_weights: Annotated[str, typer.Option(help="int8 (cheapest), fp16 or fp32.")] = "int8",
-    backend: Annotated[
-        str,
-        typer.Option(
-            help="auto (llama.cpp for packaged models and GGUF files when the llama extra is "
-            "installed, else transformers), llama.cpp or transformers."
-        ),
-    ] = "auto",
+    target_weights: TargetWeights = "fp16",
+    draft_weights: DraftWeights = "int8",
+    backend: Backend = "auto",
     threads: Threads = None,
-    device: Annotated[
-        str, typer.Option(help="cpu, or cuda (transformers backend; bf16/fp16/fp32 weights).")
-    ] = "cpu",
+    device: Device = "cpu",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generate text with exact speculative decoding on real models (llama.cpp or transformers)."""
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
-        shape = None if tree is None else tree_shape(tree, _max_leaves(backend, target))
-        rule_option(rule)
-        config = EngineConfig(
+        config = engine_config(
             target=target, draft=NO_DRAFT if no_draft else draft, backend=backend,
-            policy=policy, k=k, tree=shape,
-            confidence=confidence, threads=threads, device=device,
-            target_weights=target_weights, draft_weights=draft_weights, rule=rule,
+            policy=policy, k=k, tree=tree, confidence=confidence, rule=rule,
+            target_weights=target_weights, draft_weights=draft_weights, threads=threads,
+            device=device,
         )  # fmt: skip
         text = prompt_text(prompt)
         _prepare_packaged(config)
         engine = Engine.load(config)
-        prompt_ids = engine.encode(text, raw)
-        engine.check_fits(len(prompt_ids), max_new_tokens)
+        request = engine.prepare(
+            text, max_tokens=max_new_tokens, raw=raw, sampling=sampling, seed=seed
+        )
     except (ValueError, FileNotFoundError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from error
@@ -130,10 +104,8 @@ def generate_command(
     for label, target_only in variants:
         engine.forget()  # every timed run reads its prompt from an empty cache
         stream = _print_text if not as_json and not runs else None
-        runs[label] = engine.generate(
-            prompt_ids, max_new_tokens, sampling=sampling, seed=seed, on_step=stream,
-            target_only=target_only,
-        )  # fmt: skip
+        run = dataclasses.replace(request, target_only=target_only)
+        runs[label] = engine.generate(run, on_step=stream)
     payload: dict[str, object] = {
         "backend": engine.backend,
         "target": target,
@@ -145,7 +117,7 @@ def generate_command(
         "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p},
         "seed": seed,
         "rule": rule,
-        "prompt_tokens": len(prompt_ids),
+        "prompt_tokens": len(request.prompt),
         "load_seconds": {
             "target": engine.target.seconds,
             "draft": engine.draft.seconds if engine.draft else 0.0,
@@ -162,18 +134,6 @@ def generate_command(
         return
     sys.stdout.write("\n")
     _print_summary(payload, runs)
-
-
-def _max_leaves(backend: str, target: str) -> int | None:
-    """The most root-to-leaf paths the chosen backend verifies in one pass (llama.cpp: one
-    sequence per path), so a tree too wide for it is refused before anything loads."""
-    from spec_decode.backends.loading import choose_backend
-
-    if choose_backend(backend, target) != "llama.cpp":
-        return None
-    from spec_decode.backends.llamacpp.model import DEFAULT_TREE_LEAVES
-
-    return DEFAULT_TREE_LEAVES
 
 
 def _print_text(tokens: list[int], text: str) -> None:
@@ -195,16 +155,9 @@ def _print_summary(payload: dict[str, object], runs: dict[str, Completion]) -> N
     drafting = f"tree {payload['tree']}" if payload["tree"] else f"k = {payload['k']}"
     title = f"{payload['backend']}, {drafting}, prompt {payload['prompt_tokens']} tokens"
     table = Table(title=title)
-    for column in (
-        "run",
-        "tokens",
-        "tokens/s",
-        "target passes",
-        "acceptance",
-        "tokens/pass",
-        "wall s",
-    ):
-        table.add_column(column, justify="right")
+    # short headers: the table fits 80 columns whole (Rich would cut a header to fit)
+    for column in ("run", "tokens", "tok/s", "passes", "accepted", "tok/pass", "wall s"):
+        table.add_column(column, justify="right", no_wrap=True)
     for label, run in runs.items():
         f = run.figures()
         table.add_row(
@@ -217,6 +170,7 @@ def _print_summary(payload: dict[str, object], runs: dict[str, Completion]) -> N
             f"{f['seconds']:.1f}",
         )
     console.print(table)
+    console.print("passes: target passes; accepted: the share of drafted tokens accepted")
     model_draft = payload["draft"] not in (None, "lookup")
     if payload["policy"] == "auto" and model_draft and not payload["draft_loaded"]:
         console.print(

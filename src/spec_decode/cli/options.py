@@ -16,7 +16,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from spec_decode.backends.cores import available_cores
 from spec_decode.core.checks import MAX_TOKENS
 from spec_decode.core.randomness import fold_seed
-from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.sampling import SAMPLING_RANGES, SamplingParams
 from spec_decode.core.tree import TreeShape
 
 console = Console()
@@ -40,14 +40,20 @@ Vocab = Annotated[int, typer.Option(min=2, help="Vocabulary size of the toy mode
 DraftCost = Annotated[
     float, typer.Option(min=0.0, help="Cost of one draft call, in target passes (cost model).")
 ]
-Temperature = Annotated[float, typer.Option(min=0.0, help="0 means greedy.")]
-TopK = Annotated[int | None, typer.Option(min=1, help="Keep the k most likely tokens.")]
-TopP = Annotated[
-    float, typer.Option(min=0.0, max=1.0, help="Keep the smallest set with this much mass.")
-]
-MinP = Annotated[
-    float, typer.Option(min=0.0, max=1.0, help="Drop tokens below this times the top one's.")
-]
+
+
+def _sampling_option(name: str, help: str) -> typer.models.OptionInfo:
+    """A sampling control's option, bounded by its :data:`SAMPLING_RANGES` entry (an open
+    lower bound is left to :class:`SamplingParams`, through :func:`sampling_params`)."""
+    bounds = SAMPLING_RANGES[name]
+    high = None if math.isinf(bounds.high) else bounds.high
+    return typer.Option(min=bounds.low, max=high, help=help)
+
+
+Temperature = Annotated[float, _sampling_option("temperature", "0 means greedy.")]
+TopK = Annotated[int | None, _sampling_option("top_k", "Keep the k most likely tokens.")]
+TopP = Annotated[float, _sampling_option("top_p", "Keep the smallest set with this much mass.")]
+MinP = Annotated[float, _sampling_option("min_p", "Drop tokens below this times the top one's.")]
 TreeWidths = Annotated[
     str | None,
     typer.Option(

@@ -16,7 +16,9 @@ import typer
 from rich.console import Console
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
+from spec_decode.cli import engine_options
 from spec_decode.cli.options import EngineK, Threads
+from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
 
 console = Console(stderr=True)
 
@@ -32,24 +34,23 @@ def serve_command(
             show_envvar=True,
         ),
     ] = None,
-    target: Annotated[
-        str, typer.Option(help="Packaged model name, GGUF file or transformers folder.")
-    ] = DEFAULT_TARGET,
-    draft: Annotated[
-        str,
-        typer.Option(
-            help="Packaged model name, GGUF file or transformers folder; 'lookup' (no draft "
-            "model) or 'none' (target-only decoding)."
-        ),
-    ] = DEFAULT_DRAFT,
-    backend: Annotated[str, typer.Option(help="auto, llama.cpp or transformers.")] = "auto",
+    target: engine_options.Target = DEFAULT_TARGET,
+    draft: engine_options.Draft = DEFAULT_DRAFT,
+    backend: engine_options.Backend = "auto",
     threads: Threads = None,
     k: EngineK = None,
+    policy: engine_options.Policy = "auto",
+    confidence: engine_options.Confidence = 0.0,
+    tree: engine_options.Tree = None,
+    rule: RuleOption = DEFAULT_RULE,
+    target_weights: engine_options.TargetWeights = "fp16",
+    draft_weights: engine_options.DraftWeights = "int8",
+    device: engine_options.Device = "cpu",
     max_queue: Annotated[
         int, typer.Option(min=0, help="Requests that may wait beyond the running one (429 after).")
     ] = 16,
     max_tokens: Annotated[
-        int, typer.Option(min=1, help="The most tokens one request may generate.")
+        int, typer.Option(min=1, help="The most tokens one request may ask for (more: a 400).")
     ] = 1024,
     timeout: Annotated[
         float, typer.Option(min=0.001, help="The most seconds one generation may run.")
@@ -69,7 +70,7 @@ def serve_command(
     try:
         import uvicorn
 
-        from spec_decode.serving.engine import Engine, EngineConfig
+        from spec_decode.serving.engine import Engine
         from spec_decode.serving.server import Settings, create_app
         from spec_decode.serving.worker import Worker
     except ImportError as error:
@@ -82,8 +83,10 @@ def serve_command(
         return engine
 
     try:
-        config = EngineConfig(
-            target=target, draft=draft, backend=backend, threads=threads, k=k,
+        config = engine_options.engine_config(
+            target=target, draft=draft, backend=backend, policy=policy, k=k, tree=tree,
+            confidence=confidence, rule=rule, target_weights=target_weights,
+            draft_weights=draft_weights, threads=threads, device=device,
             shared_history=shared_history,
         )  # fmt: skip
         worker = Worker(load, max_queue, timeout)

@@ -7,9 +7,48 @@ warping them differently is a known exactness bug (see :mod:`spec_decode.certify
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from spec_decode.core.errors import BadRequest
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a sampling control may take: finite numbers from ``low`` (excluded when
+    ``low_open``) up to ``high``. Written once here and read by :class:`SamplingParams`, the
+    server's request schema and the CLI's options."""
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return math.isfinite(value) and above and value <= self.high
+
+    def describe(self) -> str:
+        """The rule in words: "must be >= 0", "must lie in (0, 1]"."""
+        if math.isinf(self.high):
+            return f"must be {'>' if self.low_open else '>='} {self.low:g}"
+        return f"must lie in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+
+    def check(self, name: str, value: float) -> float:
+        """``value`` when it lies in the range, else a :class:`BadRequest` naming ``name``."""
+        if value not in self:
+            raise BadRequest(f"{name} {self.describe()}, got {value}", param=name)
+        return value
+
+
+#: The range of each sampling control (``top_k`` None, not 0, means no limit).
+SAMPLING_RANGES = {
+    "temperature": Range(0.0),
+    "top_k": Range(1),
+    "top_p": Range(0.0, 1.0, low_open=True),
+    "min_p": Range(0.0, 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -35,14 +74,9 @@ class SamplingParams:
     min_p: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1 (or None for no limit), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
-        if not 0 <= self.min_p <= 1:
-            raise ValueError(f"min_p must lie in [0, 1], got {self.min_p}")
+        for name, value in vars(self).items():
+            if value is not None:  # top_k None: no limit
+                SAMPLING_RANGES[name].check(name, value)
 
     @property
     def greedy(self) -> bool:

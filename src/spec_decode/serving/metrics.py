@@ -20,7 +20,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from spec_decode.serving.engine import Completion
+from spec_decode.serving.completion import Completion
 from spec_decode.serving.worker import Job, Worker
 
 _PREFIX = "spec_decode"

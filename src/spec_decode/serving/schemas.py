@@ -1,24 +1,43 @@
-"""The request bodies the server accepts (pydantic models of the OpenAI API's fields) and the
-OpenAI-style error every refusal is reported with.
+"""The request bodies the server accepts (pydantic models of the OpenAI API's fields), the policy
+for every other field a client may send, and the OpenAI-style error every refusal is reported with.
 
 Fields follow the OpenAI API (``temperature``, ``top_p``, ``max_tokens`` or
 ``max_completion_tokens``, ``stop``, ``seed``, ``n``, ``stream``), plus ``top_k`` and ``min_p`` as
-llama-server and vLLM accept them (0 or -1 for ``top_k`` means off) and vLLM's
-``return_token_ids``. Fields this server does not implement are ignored, as OpenAI-compatible
-servers do, except those that would change what is sampled (penalties, logit bias, ``n`` > 1),
-which are refused rather than silently dropped.
+llama-server and vLLM accept them (0 or -1 for ``top_k`` means off), vLLM's ``return_token_ids``
+and this server's ``rule``. No field a client sends is dropped without a word
+(:func:`check_fields`, with the tables of :mod:`~spec_decode.serving.fields`): a field that cannot
+change the answer is accepted and not used; one of the API this server does not implement yet is
+accepted only at the value that means "off" and refused with a 400 naming it otherwise; any other
+field is a 400 naming it.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.sampling import SAMPLING_RANGES, SamplingParams
+from spec_decode.serving.fields import CHAT_NOT_YET, COMPLETION_NOT_YET, NO_EFFECT, is_off
+from spec_decode.serving.tool_calls import template_messages
 
 #: The chat roles a message may have, and the role the chat template is given for each.
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
 #: The most stop strings a request may give (as in the OpenAI API).
 MAX_STOP = 4
 
@@ -53,18 +72,50 @@ class APIError(Exception):
         }
 
 
+class UnsupportedField(ValueError):
+    """A field of the OpenAI API at a value this server does not implement yet (its 400 has
+    the code ``unsupported_field``)."""
+
+
 class TextPart(BaseModel):
     """One part of a message's content given as a list: text only."""
+
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["text"]
     text: str
 
 
+class FunctionCall(BaseModel):
+    """The function an assistant message called: its name and arguments (JSON text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: str
+
+
+class ToolCallIn(BaseModel):
+    """One call in an earlier assistant message (``tool_calls``), as the client sends it back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(BaseModel):
-    """One chat message; ``content`` is a string or a list of text parts."""
+    """One chat message; ``content`` is a string or a list of text parts. An assistant message
+    may carry the ``tool_calls`` it made, a ``tool`` message the ``tool_call_id`` it answers.
+    Other keys (``name``, ...) are refused, not dropped."""
+
+    model_config = ConfigDict(extra="forbid")
 
     role: str
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
 
     @field_validator("role")
     @classmethod
@@ -73,18 +124,53 @@ class Message(BaseModel):
             raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
         return role
 
-    def as_template_input(self) -> dict[str, str]:
-        """The message as the chat template reads it: role and plain text."""
+    @model_validator(mode="after")
+    def _calls_where_they_belong(self) -> Message:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only an assistant message carries tool_calls")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError("only a tool message carries a tool_call_id")
+        return self
+
+    def as_template_input(self) -> dict[str, Any]:
+        """The message as the chat template reads it: role, plain text and, for an assistant's
+        calls, the calls with their arguments as objects."""
         content = self.content or ""
         if isinstance(content, list):
             content = "".join(part.text for part in content)
-        return {"role": ROLES[self.role], "content": content}
+        message: dict[str, Any] = {"role": ROLES[self.role], "content": content}
+        if self.tool_calls:
+            calls = [call.model_dump() for call in self.tool_calls]
+            message = template_messages([{**message, "tool_calls": calls}])[0]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+class Function(BaseModel):
+    """A function the model may call: name, description and JSON-schema parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    """One entry of ``tools``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: Function
 
 
 class SamplingFields(BaseModel):
     """What chat and text completions share: the model, sampling controls, limits, stop."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")  # check_fields has dealt with the others
 
     model: str
     temperature: FiniteFloat = 1.0
@@ -100,37 +186,18 @@ class SamplingFields(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     return_token_ids: bool = False
-    frequency_penalty: FiniteFloat = 0.0
-    presence_penalty: FiniteFloat = 0.0
-    logit_bias: dict[str, float] | None = None
 
-    @field_validator("temperature")
+    @field_validator("temperature", "top_p", "min_p")
     @classmethod
-    def _temperature(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"temperature must be >= 0, got {value}")
-        return value
-
-    @field_validator("top_p")
-    @classmethod
-    def _top_p(cls, value: float) -> float:
-        if not 0 < value <= 1:
-            raise ValueError(f"top_p must lie in (0, 1], got {value}")
-        return value
-
-    @field_validator("min_p")
-    @classmethod
-    def _min_p(cls, value: float) -> float:
-        if not 0 <= value <= 1:
-            raise ValueError(f"min_p must lie in [0, 1], got {value}")
-        return value
+    def _in_range(cls, value: float, info: ValidationInfo) -> float:
+        return SAMPLING_RANGES[info.field_name].check(info.field_name, value)
 
     @field_validator("top_k")
     @classmethod
     def _top_k(cls, value: int | None) -> int | None:
-        if value is not None and value < -1:
-            raise ValueError(f"top_k must be >= 1 (0 or -1: off), got {value}")
-        return value if value is not None and value > 0 else None
+        if value is None or value in (0, -1):  # off, as llama-server and vLLM take them
+            return None
+        return SAMPLING_RANGES["top_k"].check("top_k", value)
 
     @field_validator("n")
     @classmethod
@@ -147,20 +214,6 @@ class SamplingFields(BaseModel):
             raise ValueError(f"stop takes at most {MAX_STOP} non-empty strings")
         return value
 
-    @field_validator("frequency_penalty", "presence_penalty")
-    @classmethod
-    def _no_penalty(cls, value: float) -> float:
-        if value != 0:
-            raise ValueError("penalties are not supported (they would change what is sampled)")
-        return value
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        if value:
-            raise ValueError("logit_bias is not supported (it would change what is sampled)")
-        return value
-
     def sampling(self) -> SamplingParams:
         """The sampling controls (temperature 0: greedy)."""
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
@@ -174,10 +227,32 @@ class SamplingFields(BaseModel):
 
 
 class ChatRequest(SamplingFields):
-    """``POST /v1/chat/completions``."""
+    """``POST /v1/chat/completions``. ``tools`` are rendered through the model's chat template and
+    its calls parsed back (:mod:`~spec_decode.serving.tool_calls`) under ``tool_choice`` "auto"
+    (the default with tools); "none" leaves the tools out. "required" and a named function would
+    need the output constrained to the functions' schemas, which is not implemented yet."""
 
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[Tool] | None = None
+    tool_choice: Any = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, value: Any) -> Any:
+        if value not in (None, "none", "auto"):
+            raise UnsupportedField(
+                "only none and auto are supported yet (required and a named function need the "
+                "output constrained to the functions' schemas)"
+            )
+        return value
+
+    def tool_definitions(self) -> list[dict[str, Any]] | None:
+        """The tools as the chat template reads them, or None when the model is given none
+        (no tools, or ``tool_choice`` "none")."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [tool.model_dump(exclude_none=True) for tool in self.tools]
 
     def requested_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -194,23 +269,51 @@ class CompletionRequest(SamplingFields):
     def _one_prompt(cls, value: str | list[str] | list[int]) -> str | list[str] | list[int]:
         if isinstance(value, list) and len(value) > 1 and isinstance(value[0], str):
             raise ValueError("only one prompt per request is supported")
-        if not value or value == [""]:
-            raise ValueError("the prompt is empty")
-        return value
+        return value  # an empty one is refused with the others, by the engine
 
     def prompt_text(self) -> str | None:
         """The prompt as text, or None when it was given as token ids."""
         if isinstance(self.prompt, str):
             return self.prompt
-        return self.prompt[0] if isinstance(self.prompt[0], str) else None
+        return self.prompt[0] if self.prompt and isinstance(self.prompt[0], str) else None
 
 
-def parse(model: type[BaseModel], body: Any) -> Any:
-    """``body`` validated as ``model``, or an :class:`APIError` (400) naming the first problem."""
+def check_fields(body: dict[str, Any], model: type[SamplingFields]) -> dict[str, Any]:
+    """``body`` with the fields that change nothing taken out, or an :class:`APIError` (400)
+    naming the first field this server does not know or does not implement at its value."""
+    not_yet = CHAT_NOT_YET if model is ChatRequest else COMPLETION_NOT_YET
+    kept = {}
+    for name, value in body.items():
+        if name in model.model_fields:
+            kept[name] = value
+        elif name in not_yet:
+            if not any(is_off(value, off) for off in not_yet[name]):
+                offs = " or ".join(json.dumps(off) for off in not_yet[name])
+                raise APIError(
+                    400,
+                    f"{name} is not supported yet: it would change the answer (send {offs}, or "
+                    "leave it out)",
+                    param=name,
+                    code="unsupported_field",
+                )
+        elif name not in NO_EFFECT:
+            raise APIError(400, f"unknown field {name!r}", param=name, code="unknown_field")
+    return kept
+
+
+def parse(model: type[SamplingFields], body: dict[str, Any]) -> Any:
+    """``body`` validated as ``model`` (after :func:`check_fields`), or an :class:`APIError`
+    (400) naming the first problem."""
     try:
-        return model.model_validate(body)
+        return model.model_validate(check_fields(body, model))
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         message = first["msg"].removeprefix("Value error, ")
-        raise APIError(400, f"{where}: {message}" if where else message, param=where) from error
+        code = None
+        if first["type"] == "extra_forbidden":
+            message, code = "unknown field", "unknown_field"
+        elif isinstance(first.get("ctx", {}).get("error"), UnsupportedField):
+            code = "unsupported_field"
+        text = f"{where}: {message}" if where else message
+        raise APIError(400, text, param=where or None, code=code) from error

@@ -4,10 +4,17 @@
 Every request body is read here, not by the framework, so that each way a body can be wrong gets
 a 4xx with an OpenAI-style error (:class:`~spec_decode.serving.schemas.APIError`): over the size
 limit (413), not UTF-8, not JSON or not an object (400), fields out of range (400), an unknown
-model (404), a prompt that does not fit the context window with its token limit (400), a full
-queue (429 with ``Retry-After``), a server shutting down (503). Generations run on the
+model (404), a prompt or token limit the engine refuses (400 naming the field: a
+:class:`~spec_decode.core.errors.BadRequest` from
+:meth:`~spec_decode.serving.engine.Engine.prepare`, such as a prompt that does not fit the
+context window with its token limit, or ``max_tokens`` above the server's limit), a full queue
+(429 with ``Retry-After``), a server shutting down (503). Requests are tokenized off the event
+loop, under the tokenizer lock the engine's thread decodes with; generations run on the
 :class:`~spec_decode.serving.worker.Worker`'s thread; a stream whose client goes away sets its
 job's cancellation event, which the engine checks before every step.
+
+With ``tools``, the model's calls are parsed out of its text into ``tool_calls``
+(:mod:`~spec_decode.serving.tool_calls`, written by :mod:`~spec_decode.serving.replies`).
 
 ``usage`` carries ``prompt_tokens``, ``completion_tokens``, ``total_tokens``, the prompt tokens
 reused from the previous request's KV cache (``prompt_tokens_details.cached_tokens``) and a
@@ -24,7 +31,6 @@ import hmac
 import json
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -33,9 +39,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
 
-from spec_decode.serving.engine import Completion, speculative_figures
+from spec_decode.core.errors import BadRequest
+from spec_decode.serving.completion import Completion
 from spec_decode.serving.metrics import Metrics
+from spec_decode.serving.replies import Reply, timings
+from spec_decode.serving.request import GenerationRequest
 from spec_decode.serving.schemas import (
     APIError,
     ChatRequest,
@@ -43,6 +53,7 @@ from spec_decode.serving.schemas import (
     SamplingFields,
     parse,
 )
+from spec_decode.serving.tool_calls import ToolCall, ToolCallText
 from spec_decode.serving.worker import Closed, Job, QueueFull, Worker
 
 #: The largest request body accepted, in bytes.
@@ -54,8 +65,9 @@ HANDOFF_S = 0.02
 @dataclass(frozen=True)
 class Settings:
     """What the server is told at start: the name it serves the model under, the API key (None:
-    no authentication), the cap on tokens per request, the body size limit, and how long a
-    stream may go on once shutdown began."""
+    no authentication), the most tokens a request may ask for (more is a 400; a request that
+    names no limit gets the rest of the context window up to it), the body size limit, and how
+    long a stream may go on once shutdown began."""
 
     model_name: str
     api_key: str | None = None
@@ -125,11 +137,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         body = parse(ChatRequest, await read_json(request, settings.max_body))
         check_model(body.model)
         messages = [m.as_template_input() for m in body.messages]
-        try:
-            prompt = engine.encode_chat(messages)
-        except ValueError as error:  # no template, or one that refuses this conversation
-            raise APIError(400, str(error), param="messages") from error
-        return await respond(request, body, prompt, chat=True)
+        return await respond(request, body, messages, chat=True, tools=body.tool_definitions())
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -137,8 +145,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         body = parse(CompletionRequest, await read_json(request, settings.max_body))
         check_model(body.model)
         text = body.prompt_text()
-        prompt = engine.encode(text, raw=True) if text is not None else list(body.prompt)
-        return await respond(request, body, prompt, chat=False)
+        return await respond(request, body, list(body.prompt) if text is None else text, False)
 
     def check_model(name: str) -> None:
         if name != settings.model_name:
@@ -150,12 +157,15 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
             )
 
     async def respond(
-        request: Request, body: SamplingFields, prompt: list[int], chat: bool
+        request: Request,
+        body: SamplingFields,
+        prompt: str | list[Any],
+        chat: bool,
+        tools: list[dict[str, Any]] | None = None,
     ) -> Response:
-        job = make_job(body, prompt)
-        kind = "chat.completion" if chat else "text_completion"
-        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        head = {"id": ident, "created": int(time.time()), "model": settings.model_name}
+        job = Job(await prepare(body, prompt, chat, tools))
+        names = None if tools is None else frozenset(t["function"]["name"] for t in tools)
+        reply = Reply.new(settings.model_name, chat, body.return_token_ids, names)
         path = request.url.path
         if body.stream:
             loop = asyncio.get_running_loop()
@@ -174,7 +184,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
             job.on_step = on_step
             future = submit(job, path)
             future.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, None))
-            events = stream(job, future, pieces, sent, head, kind, chat, body.return_token_ids)
+            events = stream(job, future, pieces, sent, reply)
             return EventSourceResponse(events, ping=15, shutdown_grace_period=settings.grace_s)
         future = submit(job, path)
         try:
@@ -185,34 +195,25 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
             job.cancel.set()
             future.cancel()
             raise
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(completion)}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": completion.text}
-        else:
-            choice["text"] = completion.text
-        choice["logprobs"] = None
-        if body.return_token_ids:
-            choice["token_ids"] = completion.tokens
-        payload = head | {"object": kind, "choices": [choice], "usage": usage(completion)}
-        return JSONResponse(payload | {"engine_timings": timings(completion, job)})
+        return JSONResponse(reply.whole(completion) | {"engine_timings": timings(completion, job)})
 
-    def make_job(body: SamplingFields, prompt: list[int]) -> Job:
-        param = "messages" if isinstance(body, ChatRequest) else "prompt"
-        if not prompt:
-            raise APIError(400, "the prompt is empty", param=param)
-        vocab = engine.target.model.vocab_size
-        if min(prompt) < 0 or max(prompt) >= vocab:
-            raise APIError(400, f"token ids must lie in [0, {vocab})", param=param)
-        asked = body.requested_tokens()
-        room = engine.context_window - len(prompt)
-        max_tokens = min(max(room, 1) if asked is None else asked, settings.max_tokens)
+    async def prepare(
+        body: SamplingFields,
+        prompt: str | list[Any],
+        chat: bool,
+        tools: list[dict[str, Any]] | None,
+    ) -> GenerationRequest:
+        """The engine's checked request, tokenized off the event loop (the tokenizer is shared
+        with the worker's thread under one lock); a refusal is a 400 naming the field."""
         try:
-            engine.check_fits(len(prompt), max_tokens)
-            sampling = body.sampling()
-        except ValueError as error:
-            code = "context_length_exceeded" if "context window" in str(error) else None
-            raise APIError(400, str(error), param=param, code=code) from error
-        return Job(prompt, max_tokens, sampling, body.seed, body.stop_strings(), rule=body.rule)
+            return await run_in_threadpool(
+                engine.prepare, prompt, max_tokens=body.requested_tokens(),
+                limit=settings.max_tokens, raw=True, tools=tools, sampling=body.sampling(),
+                seed=body.seed, stop=body.stop_strings(), rule=body.rule,
+            )  # fmt: skip
+        except BadRequest as error:
+            param = "messages" if chat and error.param == "prompt" else error.param
+            raise APIError(400, str(error), param=param, code=error.code) from error
 
     def submit(job: Job, path: str) -> Future[Completion]:
         try:
@@ -235,31 +236,22 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         future: Future[Completion],
         pieces: asyncio.Queue[tuple[list[int], str] | None],
         sent: threading.Event,
-        head: dict[str, Any],
-        kind: str,
-        chat: bool,
-        token_ids: bool,
+        reply: Reply,
     ) -> AsyncIterator[str]:
         """The stream's events; ``sent`` is set once each step's event went out (or had none)."""
-        kind = f"{kind}.chunk" if chat else kind
+        calls = ToolCallText(reply.tools) if reply.tools is not None else None
         first = True
         try:
             while (item := await pieces.get()) is not None:
                 tokens, text = item
-                if not text and not (token_ids and tokens):
+                text = calls.add(text) if calls is not None else text
+                if not text and not (reply.token_ids and tokens):
                     sent.set()
                     continue
                 if first:
                     metrics.first_token(job)
-                delta: dict[str, Any] = {"content": text}
-                if chat and first:
-                    delta = {"role": "assistant", "content": text}
-                choice: dict[str, Any] = {"index": 0, "finish_reason": None}
-                choice |= {"delta": delta} if chat else {"text": text, "logprobs": None}
-                if token_ids:
-                    choice["token_ids"] = tokens
+                yield json.dumps(reply.chunk(text, tokens, first))
                 first = False
-                yield json.dumps(head | {"object": kind, "choices": [choice]})
                 sent.set()  # the response resumes this generator once the event was sent
             failure = None
             if future.cancelled():  # dropped from the queue at shutdown
@@ -276,41 +268,16 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
             sent.set()
             future.cancel()
             raise
-        end: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(completion)}
-        end |= {"delta": {}} if chat else {"text": "", "logprobs": None}
-        final = head | {"object": kind, "choices": [end], "usage": usage(completion)}
+        made: list[ToolCall] = []
+        if calls is not None:
+            rest, made = calls.finish()
+            if rest or made:
+                yield json.dumps(reply.chunk(rest, [], first, made))
+        final = reply.last_chunk(completion, made)
         yield json.dumps(final | {"engine_timings": timings(completion, job)})
         yield "[DONE]"
 
     return app
-
-
-def finish_reason(completion: Completion) -> str:
-    """The OpenAI finish reason: "stop" or "length"; a generation cut by the server's timeout
-    or shutdown ends as at a token limit ("length")."""
-    return "length" if completion.finish_reason == "cancelled" else completion.finish_reason
-
-
-def usage(completion: Completion) -> dict[str, Any]:
-    """The response's ``usage``: token counts, cached prompt tokens, and what drafting did."""
-    n = len(completion.tokens)
-    return {
-        "prompt_tokens": completion.prompt_tokens,
-        "completion_tokens": n,
-        "total_tokens": completion.prompt_tokens + n,
-        "prompt_tokens_details": {"cached_tokens": completion.cached_tokens},
-        "speculative": speculative_figures(completion.trace),
-    }
-
-
-def timings(completion: Completion, job: Job) -> dict[str, float]:
-    """Where a request's time went on the server, in milliseconds: waiting in the queue, the
-    first step (prompt read plus one pass) and the whole generation."""
-    return {
-        "queued_ms": 1e3 * (job.started - job.submitted),
-        "first_step_ms": 1e3 * completion.first_step_seconds,
-        "generation_ms": 1e3 * completion.seconds,
-    }
 
 
 async def read_json(request: Request, limit: int) -> Any:

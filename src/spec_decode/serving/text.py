@@ -24,11 +24,10 @@ REPLACEMENT = "\ufffd"
 
 
 class IncrementalText:
-    """The text of tokens added with :meth:`add`, released in final pieces, cut at ``stop``."""
+    """The text of tokens added with :meth:`add`, released in final pieces, cut at ``stop``
+    (non-empty strings, as :class:`~spec_decode.serving.request.Request` checks them)."""
 
     def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = ()) -> None:
-        if any(not isinstance(s, str) or not s for s in stop):
-            raise ValueError("stop strings must be non-empty strings")
         self.tokenizer = tokenizer
         self.stop = tuple(stop)
         self.tokens: list[int] = []

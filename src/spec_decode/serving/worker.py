@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from spec_decode.core.sampling import SamplingParams
-from spec_decode.serving.engine import Completion, Engine, StepCallback
+from spec_decode.serving.completion import Completion, StepCallback
+from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import GenerationRequest
 
 
 class QueueFull(Exception):
@@ -36,14 +37,9 @@ class Closed(Exception):
 
 @dataclass
 class Job:
-    """One generation request, as the engine takes it, with its own cancellation event."""
+    """One request to run, with its step callback, its own cancellation event and its times."""
 
-    prompt: Sequence[int]
-    max_tokens: int
-    sampling: SamplingParams
-    seed: int | None = None
-    stop: Sequence[str] = ()
-    rule: str | None = None  # None: the engine's configured rule
+    request: GenerationRequest
     on_step: StepCallback | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     timed_out: bool = False
@@ -113,14 +109,7 @@ class Worker:
         job.started = time.monotonic()
         try:
             return self.engine.generate(
-                job.prompt,
-                job.max_tokens,
-                sampling=job.sampling,
-                seed=job.seed,
-                stop=job.stop,
-                rule=job.rule,
-                on_step=job.on_step,
-                cancel=self._cancel_check(job),
+                job.request, on_step=job.on_step, cancel=self._cancel_check(job)
             )
         finally:
             with self._lock:

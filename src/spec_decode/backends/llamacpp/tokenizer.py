@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from typing import Any
 
 from spec_decode.backends.llamacpp.library import llama_cpp
 from spec_decode.backends.llamacpp.model import LlamaCppModel
@@ -65,18 +66,20 @@ class LlamaCppTokenizer:
 
     def apply_chat_template(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         tokenize: bool = False,
         add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
-        """The conversation as text, rendered from the GGUF's own template exactly as
-        transformers renders it (so both backends see the same prompt), ending with the
-        assistant turn's opening. Only the text form (``tokenize=False``) is offered."""
+        """The conversation (and the ``tools`` the model may call) as text, rendered from the
+        GGUF's own template exactly as transformers renders it (so both backends see the same
+        prompt), ending with the assistant turn's opening. Only the text form
+        (``tokenize=False``) is offered."""
         if tokenize or not add_generation_prompt:
             raise ValueError("only tokenize=False, add_generation_prompt=True is supported")
         if self.chat_template is None:
             raise ValueError("this model has no chat template; send the prompt raw")
-        return render_chat_template(self.chat_template, messages)
+        return render_chat_template(self.chat_template, messages, tools=tools)
 
 
 def check_pair(target: LlamaCppTokenizer, draft: LlamaCppTokenizer) -> None:

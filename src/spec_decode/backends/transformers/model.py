@@ -12,6 +12,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 from spec_decode.backends.transformers.cpu_linear import PackedLinear
+from spec_decode.core.errors import ContextTooLong
 
 #: The most the difference of two logits of one row (= of two log-probabilities) moves between a
 #: row scored in a block and the same row as target-only decoding computes it, on the CPU with
@@ -124,10 +125,11 @@ class TransformersModel(PrefixCachedModel):
         self._replica_tokens = []
 
     def check_fits(self, n_prompt: int, n_new: int = 0) -> None:
-        """Raise ``ValueError`` unless a prompt of ``n_prompt`` tokens plus ``n_new`` fits in the
-        context window (for a sliding-window model: inside the window)."""
+        """:class:`~spec_decode.core.errors.ContextTooLong` unless a prompt of ``n_prompt``
+        tokens plus ``n_new`` fits in the context window (for a sliding-window model: inside the
+        window)."""
         if n_prompt >= 1 and n_prompt + n_new > self.context_window == self.sliding_window:
-            raise ValueError(
+            raise ContextTooLong(
                 f"prompt ({n_prompt} tokens) plus {n_new} new tokens exceeds the model's sliding "
                 f"attention window of {self.sliding_window} tokens: past it the model attends "
                 "to the last tokens only and its KV cache cannot be cut back after a rejected "

@@ -1,0 +1,100 @@
+"""The options that choose and load the engine, declared once for ``generate`` and ``serve``:
+the models, the backend and device, how drafting is chosen (policy, k, tree, confidence), the
+verification rule, weight formats and threads; :func:`engine_config` checks them into an
+:class:`~spec_decode.serving.engine.EngineConfig`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spec_decode.cli.options import tree_shape
+from spec_decode.cli.rule_option import rule_option
+from spec_decode.drafting.policies import POLICY_NAMES
+from spec_decode.serving.config import EngineConfig
+
+Target = Annotated[
+    str,
+    typer.Option(help="Packaged model name, a GGUF file (llama.cpp) or a transformers folder."),
+]
+Draft = Annotated[
+    str,
+    typer.Option(
+        help="Packaged model name, GGUF file or transformers folder; 'lookup' (drafts copied "
+        "from the prompt and output, no draft model) or 'none' (target-only decoding)."
+    ),
+]
+Backend = Annotated[
+    str,
+    typer.Option(
+        help="auto (llama.cpp for packaged models and GGUF files when the llama extra is "
+        "installed, else transformers), llama.cpp or transformers."
+    ),
+]
+Policy = Annotated[
+    str,
+    typer.Option(
+        help=f"How k is chosen before each step: auto, {', '.join(POLICY_NAMES)}. auto picks "
+        "a plain pass, prompt lookup, the suffix drafter or the draft model and k by expected "
+        "tokens per second on this machine's calibrated cost curve (see calibrate); adaptive "
+        "ones start at --k; cost measures the draft/target cost ratio as it goes."
+    ),
+]
+Confidence = Annotated[
+    float,
+    typer.Option(
+        min=0.0, max=1.0, help="Stop drafting where the draft model's top probability is below."
+    ),
+]
+Tree = Annotated[
+    str | None,
+    typer.Option(
+        help="Draft a token tree instead of a chain: children per node, depth by depth, e.g. "
+        "2,2 (siblings drawn without replacement; replaces --k and --policy)."
+    ),
+]
+TargetWeights = Annotated[str, typer.Option(help="fp16 (exact block scores) or fp32.")]
+DraftWeights = Annotated[str, typer.Option(help="int8 (cheapest), fp16 or fp32.")]
+Device = Annotated[
+    str, typer.Option(help="cpu, or cuda (transformers backend; bf16/fp16/fp32 weights).")
+]
+
+
+def engine_config(
+    *,
+    target: str,
+    draft: str,
+    backend: str,
+    policy: str,
+    k: int | None,
+    tree: str | None,
+    confidence: float,
+    rule: str,
+    target_weights: str,
+    draft_weights: str,
+    threads: int | None,
+    device: str,
+    shared_history: bool = True,
+) -> EngineConfig:
+    """The engine these options describe; a malformed ``--tree`` or ``--rule`` is a usage error
+    (exit 2), and a combination the engine refuses a ``ValueError``."""
+    shape = None if tree is None else tree_shape(tree, _max_leaves(backend, target))
+    rule_option(rule)
+    return EngineConfig(
+        target=target, draft=draft, backend=backend, policy=policy, k=k, tree=shape,
+        confidence=confidence, threads=threads, device=device, target_weights=target_weights,
+        draft_weights=draft_weights, rule=rule, shared_history=shared_history,
+    )  # fmt: skip
+
+
+def _max_leaves(backend: str, target: str) -> int | None:
+    """The most root-to-leaf paths the chosen backend verifies in one pass (llama.cpp: one
+    sequence per path), so a tree too wide for it is refused before anything loads."""
+    from spec_decode.backends.loading import choose_backend
+
+    if choose_backend(backend, target) != "llama.cpp":
+        return None
+    from spec_decode.backends.llamacpp.model import DEFAULT_TREE_LEAVES
+
+    return DEFAULT_TREE_LEAVES

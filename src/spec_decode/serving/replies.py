@@ -1,0 +1,115 @@
+"""How the server writes an answer: the OpenAI response object, or the events of a stream, with
+the usage, the finish reason, the model's tool calls parsed out of its text, and where the
+request's time went."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spec_decode.serving.completion import Completion, speculative_figures
+from spec_decode.serving.tool_calls import ToolCall, split_tool_calls
+from spec_decode.serving.worker import Job
+
+
+@dataclass(frozen=True)
+class Reply:
+    """How one request's answer is written: its ``head`` (id, created, model), chat or text
+    completion, with each step's token ids or not, and with the model's tool calls parsed out
+    of its text (:mod:`~spec_decode.serving.tool_calls`) or not."""
+
+    head: dict[str, Any]
+    chat: bool
+    token_ids: bool
+    tools: frozenset[str] | None  # the names of the tools the model may call, or None
+
+    @classmethod
+    def new(cls, model: str, chat: bool, token_ids: bool, tools: frozenset[str] | None) -> Reply:
+        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        return cls(
+            {"id": ident, "created": int(time.time()), "model": model}, chat, token_ids, tools
+        )
+
+    def whole(self, completion: Completion) -> dict[str, Any]:
+        """The answer in one response."""
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(completion)}
+        if self.chat:
+            content, calls = (
+                split_tool_calls(completion.text, self.tools)
+                if self.tools is not None
+                else (completion.text, [])
+            )
+            message: dict[str, Any] = {"role": "assistant", "content": content or None}
+            if calls:
+                message["tool_calls"] = [call.as_openai() for call in calls]
+                choice["finish_reason"] = "tool_calls"
+            else:
+                message["content"] = content
+            choice["message"] = message
+        else:
+            choice["text"] = completion.text
+        choice["logprobs"] = None
+        if self.token_ids:
+            choice["token_ids"] = completion.tokens
+        return self.head | {"object": self._kind(), "choices": [choice], "usage": usage(completion)}
+
+    def chunk(
+        self, text: str, tokens: list[int], first: bool, calls: Sequence[ToolCall] = ()
+    ) -> dict[str, Any]:
+        """One streamed event: a step's text (and token ids), or the tool calls at the end."""
+        choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant"} if first else {}
+            delta["content"] = text if text or not calls else None
+            if calls:
+                delta["tool_calls"] = [call.as_openai(i) for i, call in enumerate(calls)]
+            choice["delta"] = delta
+        else:
+            choice |= {"text": text, "logprobs": None}
+        if self.token_ids:
+            choice["token_ids"] = tokens
+        return self.head | {"object": self._kind(chunk=True), "choices": [choice]}
+
+    def last_chunk(self, completion: Completion, calls: Sequence[ToolCall]) -> dict[str, Any]:
+        """The stream's last event: the finish reason and the usage."""
+        reason = "tool_calls" if calls else finish_reason(completion)
+        end: dict[str, Any] = {"index": 0, "finish_reason": reason}
+        end |= {"delta": {}} if self.chat else {"text": "", "logprobs": None}
+        kind = self._kind(chunk=True)
+        return self.head | {"object": kind, "choices": [end], "usage": usage(completion)}
+
+    def _kind(self, chunk: bool = False) -> str:
+        if not self.chat:
+            return "text_completion"
+        return "chat.completion.chunk" if chunk else "chat.completion"
+
+
+def finish_reason(completion: Completion) -> str:
+    """The OpenAI finish reason: "stop" or "length"; a generation cut by the server's timeout
+    or shutdown ends as at a token limit ("length")."""
+    return "length" if completion.finish_reason == "cancelled" else completion.finish_reason
+
+
+def usage(completion: Completion) -> dict[str, Any]:
+    """The response's ``usage``: token counts, cached prompt tokens, and what drafting did."""
+    n = len(completion.tokens)
+    return {
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": n,
+        "total_tokens": completion.prompt_tokens + n,
+        "prompt_tokens_details": {"cached_tokens": completion.cached_tokens},
+        "speculative": speculative_figures(completion.trace),
+    }
+
+
+def timings(completion: Completion, job: Job) -> dict[str, float]:
+    """Where a request's time went on the server, in milliseconds: waiting in the queue, the
+    first step (prompt read plus one pass) and the whole generation."""
+    return {
+        "queued_ms": 1e3 * (job.started - job.submitted),
+        "first_step_ms": 1e3 * completion.first_step_seconds,
+        "generation_ms": 1e3 * completion.seconds,
+    }

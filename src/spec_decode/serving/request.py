@@ -1,0 +1,55 @@
+"""One generation as the engine runs it: what :meth:`~spec_decode.serving.engine.Engine.prepare`
+returns, what a worker :class:`~spec_decode.serving.worker.Job` carries and what
+:meth:`~spec_decode.serving.engine.Engine.generate` takes.
+
+Built only from checked parts: the checks that need no model live here (a token limit of at
+least one, non-empty stop strings, sampling controls in range through
+:class:`~spec_decode.core.sampling.SamplingParams`); those that need the model (ids inside its
+vocabulary, a prompt that fits its context window) in
+:meth:`~spec_decode.serving.engine.Engine.validate`. Each raises a
+:class:`~spec_decode.core.errors.BadRequest` naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from spec_decode.core.checks import whole_number
+from spec_decode.core.errors import BadPrompt, BadRequest
+from spec_decode.core.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """``max_tokens`` tokens at most after the token ids ``prompt``.
+
+    ``seed`` None draws a fresh one; generation ends early once a ``stop`` string appears in the
+    text (cut before it); ``rule`` None is the engine's configured rule; ``target_only`` decodes
+    without drafting.
+    """
+
+    prompt: tuple[int, ...]
+    max_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    rule: str | None = None
+    target_only: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            prompt = tuple(whole_number(t, "token ids") for t in self.prompt)
+        except ValueError as error:
+            raise BadPrompt(str(error)) from error
+        object.__setattr__(self, "prompt", prompt)
+        try:
+            limit = whole_number(self.max_tokens, "max_tokens")
+        except ValueError as error:
+            raise BadRequest(str(error), "max_tokens") from error
+        if limit < 1:
+            raise BadRequest(f"max_tokens must be >= 1, got {limit}", "max_tokens")
+        object.__setattr__(self, "max_tokens", limit)
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if any(not isinstance(s, str) or not s for s in stop):
+            raise BadRequest("stop strings must be non-empty strings", "stop")
+        object.__setattr__(self, "stop", stop)

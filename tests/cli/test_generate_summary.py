@@ -1,0 +1,30 @@
+"""``spec-decode generate``'s summary table fits an 80-column terminal without Rich cutting a
+header or a row label."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from spec_decode.cli import generate
+from spec_decode.core.trace import Trace
+from spec_decode.serving.completion import Completion
+
+
+def test_the_summary_fits_80_columns_whole(monkeypatch):
+    trace = Trace(tokens=list(range(128)), drafted_lengths=[15] * 8, accepted_lengths=[15] * 8)
+    run = Completion(trace.tokens, "x", "length", 1234, 0, trace, 12.345)
+    payload = {
+        "backend": "llama.cpp", "tree": None, "k": 63, "prompt_tokens": 1234,
+        "draft": "qwen2.5-coder-0.5b", "policy": "auto", "draft_loaded": False,
+        "speedup": 1.52, "identical_tokens": True,
+    }  # fmt: skip
+    out = io.StringIO()
+    monkeypatch.setattr(generate, "console", Console(file=out, width=80, color_system=None))
+    generate._print_summary(payload, {"speculative": run, "target-only": run})
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    for header in ("run", "tokens", "tok/s", "passes", "accepted", "tok/pass", "wall s"):
+        assert header in text
+    assert "speculative" in text and "target-only" in text

@@ -1,0 +1,191 @@
+"""Every way a request can be wrong gets an OpenAI-style 4xx naming the field, checked in
+process (the app over ASGI, the tiny GGUF engine on its worker thread): no subprocess needed to
+see what a body is answered with."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("sse_starlette")
+pytest.importorskip("prometheus_client")
+
+from spec_decode.serving.config import EngineConfig  # noqa: E402
+from spec_decode.serving.engine import Engine  # noqa: E402
+from spec_decode.serving.server import Settings, create_app  # noqa: E402
+from spec_decode.serving.worker import Worker  # noqa: E402
+
+MODEL = "target"
+LIMIT = 64  # the server's --max-tokens
+USER = [{"role": "user", "content": "hi"}]
+CHAT = {"model": MODEL, "messages": USER}
+TEXT = {"model": MODEL, "prompt": "abc"}
+LONG = "ab" * 250  # 500 letters: past the tiny model's 512 positions with 60 new tokens
+TOO_LONG = "context_length_exceeded"
+NOT_YET, UNKNOWN = "unsupported_field", "unknown_field"
+TOOL = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+JSON = {"type": "json_object"}
+CALL = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+NAN = json.dumps({**CHAT, "temperature": math.nan}).encode()
+HUGE = b'{"model": "' + b"x" * (2 << 20) + b'"}'
+
+
+@pytest.fixture(scope="module")
+def app(tiny_pair):
+    target, draft = tiny_pair
+    config = EngineConfig(target=str(target), draft=str(draft), threads=1)
+    worker = Worker(lambda: Engine.load(config), max_queue=4)
+    yield create_app(worker, Settings(MODEL, max_tokens=LIMIT))
+    worker.close(0)
+    worker.join()
+
+
+def post(app, path: str, body: dict | bytes) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.post(path, content=content)
+
+    return asyncio.run(send())
+
+
+#: name: (path, body, status, the error's param, its code)
+CASES = {
+    "malformed JSON": ("chat", b'{"model": ', 400, None, None),
+    "not an object": ("chat", b"[1, 2]", 400, None, None),
+    "invalid UTF-8": ("chat", b'{"model": "target", "messages": "\xff\xfe"}', 400, None, None),
+    "a body too large": ("chat", HUGE, 413, None, "body_too_large"),
+    "unknown model": ("chat", {**CHAT, "model": "gpt-9"}, 404, "model", "model_not_found"),
+    "no messages": ("chat", {**CHAT, "messages": []}, 400, "messages", None),
+    "unknown role": (
+        "chat",
+        {**CHAT, "messages": [{"role": "wizard"}]},
+        400,
+        "messages.0.role",
+        None,
+    ),
+    "negative temperature": ("chat", {**CHAT, "temperature": -0.5}, 400, "temperature", None),
+    "NaN temperature": ("chat", NAN, 400, "temperature", None),
+    "top_p of 0": ("chat", {**CHAT, "top_p": 0}, 400, "top_p", None),
+    "top_p above 1": ("chat", {**CHAT, "top_p": 1.5}, 400, "top_p", None),
+    "min_p above 1": ("chat", {**CHAT, "min_p": 2}, 400, "min_p", None),
+    "top_k of -3": ("chat", {**CHAT, "top_k": -3}, 400, "top_k", None),
+    "n of 2": ("chat", {**CHAT, "n": 2}, 400, "n", None),
+    "max_tokens of 0": ("chat", {**CHAT, "max_tokens": 0}, 400, "max_tokens", None),
+    "max_tokens above the limit": (
+        "chat",
+        {**CHAT, "max_tokens": LIMIT + 1},
+        400,
+        "max_tokens",
+        None,
+    ),
+    "beyond the context": (
+        "text",
+        {**TEXT, "prompt": LONG, "max_tokens": 60},
+        400,
+        "prompt",
+        TOO_LONG,
+    ),
+    "a chat beyond the context": (
+        "chat",
+        {**CHAT, "messages": [{"role": "user", "content": LONG}], "max_tokens": 60},
+        400,
+        "messages",
+        TOO_LONG,
+    ),
+    "an empty text prompt": ("text", {**TEXT, "prompt": ""}, 400, "prompt", None),
+    "an empty id prompt": ("text", {**TEXT, "prompt": []}, 400, "prompt", None),
+    "an id outside the vocabulary": ("text", {**TEXT, "prompt": [4, 10_000]}, 400, "prompt", None),
+    "two prompts": ("text", {**TEXT, "prompt": ["ab", "cd"]}, 400, "prompt", None),
+    "an empty stop string": ("text", {**TEXT, "stop": [""]}, 400, "stop", None),
+    "an unknown rule": ("text", {**TEXT, "rule": "typical"}, 400, "rule", None),
+    "a penalty": ("chat", {**CHAT, "presence_penalty": 1.0}, 400, "presence_penalty", NOT_YET),
+    "a logit bias": ("text", {**TEXT, "logit_bias": {"5": 3}}, 400, "logit_bias", NOT_YET),
+    "tool_choice required": (
+        "chat",
+        {**CHAT, "tools": [TOOL], "tool_choice": "required"},
+        400,
+        "tool_choice",
+        NOT_YET,
+    ),
+    "a tool without a type": (
+        "chat",
+        {**CHAT, "tools": [TOOL["function"]]},
+        400,
+        "tools.0.type",
+        None,
+    ),
+    "tool_calls on a user message": (
+        "chat",
+        {**CHAT, "messages": [{**USER[0], "tool_calls": [CALL]}]},
+        400,
+        "messages.0",
+        None,
+    ),
+    "a JSON response format": (
+        "chat",
+        {**CHAT, "response_format": JSON},
+        400,
+        "response_format",
+        NOT_YET,
+    ),
+    "logprobs": ("chat", {**CHAT, "logprobs": True}, 400, "logprobs", NOT_YET),
+    "logprobs 0 (not false)": ("chat", {**CHAT, "logprobs": 0}, 400, "logprobs", NOT_YET),
+    "echo": ("text", {**TEXT, "echo": True}, 400, "echo", NOT_YET),
+    "a chat field in a text completion": ("text", {**TEXT, "tools": []}, 400, "tools", UNKNOWN),
+    "an unknown field": (
+        "chat",
+        {**CHAT, "repetition_penalty": 1.1},
+        400,
+        "repetition_penalty",
+        UNKNOWN,
+    ),
+    "a message's name": (
+        "chat",
+        {**CHAT, "messages": [{**USER[0], "name": "x"}]},
+        400,
+        "messages.0.name",
+        UNKNOWN,
+    ),
+}
+PATHS = {"chat": "/v1/chat/completions", "text": "/v1/completions"}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_bad_request_is_a_4xx_naming_the_field(app, name):
+    path, body, status, param, code = CASES[name]
+    response = post(app, PATHS[path], body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error"
+    assert (error["param"], error["code"]) == (param, code)
+
+
+#: Fields that change nothing, or are sent at the value that means "off": served as without them.
+HARMLESS = {
+    "user": "me", "metadata": {"a": "b"}, "store": False, "service_tier": "auto",
+    "stream_options": {"include_usage": True}, "parallel_tool_calls": True, "tools": [],
+    "tool_choice": "none", "response_format": {"type": "text"}, "logprobs": False,
+    "frequency_penalty": 0.0, "presence_penalty": 0, "logit_bias": {},
+}  # fmt: skip
+
+
+def test_fields_that_change_nothing_are_accepted(app):
+    body = {**CHAT, "max_tokens": 3, "temperature": 0}
+    plain = post(app, PATHS["chat"], body).json()["choices"]
+    with_all = post(app, PATHS["chat"], {**body, **HARMLESS})
+    assert with_all.status_code == 200, with_all.text
+    assert with_all.json()["choices"] == plain
+
+
+def test_a_good_request_next_to_them_is_served(app):
+    response = post(app, PATHS["text"], {**TEXT, "max_tokens": 3, "temperature": 0})
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] == 3
