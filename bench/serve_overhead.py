@@ -49,7 +49,7 @@ def in_process(engine: Engine, prompt: str, tokens: int) -> dict[str, float]:
     request = engine.prepare(prompt, max_tokens=tokens, sampling=GREEDY)
     stamps: list[float] = []
     start = time.perf_counter()
-    done = engine.generate(request, on_step=lambda t, _: stamps.append(time.perf_counter()))
+    done = engine.generate(request, on_step=lambda _: stamps.append(time.perf_counter()))
     return record(start, stamps[0], stamps[-1], len(done.tokens), done.tokens)
 
 

@@ -120,7 +120,7 @@ def test_stop_strings_cut_the_text_and_end_the_generation(engine):
         30,
         sampling=GREEDY,
         stop=[stop],
-        on_step=lambda _, text: pieces.append(text),
+        on_step=lambda piece: pieces.append(piece.text),
     )
     assert done.finish_reason == "stop"
     assert done.text == full.text[: full.text.index(stop)] == "".join(pieces)
@@ -132,8 +132,8 @@ def test_cancellation_stops_within_a_step_and_leaves_no_trace(engine, cold):
     cancel = threading.Event()
     steps: list[list[int]] = []
 
-    def on_step(tokens: list[int], _: str) -> None:
-        steps.append(tokens)
+    def on_step(piece) -> None:
+        steps.append(piece.tokens)
         if len(steps) == 2:
             cancel.set()
 

@@ -136,8 +136,21 @@ CASES = {
         "response_format",
         NOT_YET,
     ),
-    "logprobs": ("chat", {**CHAT, "logprobs": True}, 400, "logprobs", NOT_YET),
-    "logprobs 0 (not false)": ("chat", {**CHAT, "logprobs": 0}, 400, "logprobs", NOT_YET),
+    "top_logprobs above 20": (
+        "chat",
+        {**CHAT, "logprobs": True, "top_logprobs": 21},
+        400,
+        "top_logprobs",
+        None,
+    ),
+    "top_logprobs without logprobs": (
+        "chat",
+        {**CHAT, "top_logprobs": 2},
+        400,
+        "top_logprobs",
+        None,
+    ),
+    "logprobs above 20": ("text", {**TEXT, "logprobs": 21}, 400, "logprobs", None),
     "echo": ("text", {**TEXT, "echo": True}, 400, "echo", NOT_YET),
     "a chat field in a text completion": ("text", {**TEXT, "tools": []}, 400, "tools", UNKNOWN),
     "an unknown field": (
@@ -173,6 +186,7 @@ HARMLESS = {
     "user": "me", "metadata": {"a": "b"}, "store": False, "service_tier": "auto",
     "stream_options": {"include_usage": True}, "parallel_tool_calls": True, "tools": [],
     "tool_choice": "none", "response_format": {"type": "text"}, "logprobs": False,
+    "top_logprobs": 0,
     "frequency_penalty": 0.0, "presence_penalty": 0, "logit_bias": {},
 }  # fmt: skip
 

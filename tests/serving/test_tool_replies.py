@@ -19,7 +19,7 @@ pytest.importorskip("sse_starlette")
 pytest.importorskip("prometheus_client")
 
 from spec_decode.core.trace import Trace  # noqa: E402
-from spec_decode.serving.completion import Completion  # noqa: E402
+from spec_decode.serving.completion import Completion, Piece  # noqa: E402
 from spec_decode.serving.request import GenerationRequest  # noqa: E402
 from spec_decode.serving.server import Settings, create_app  # noqa: E402
 from spec_decode.serving.worker import Worker  # noqa: E402
@@ -55,7 +55,7 @@ class ScriptedEngine:
     def generate(self, request, *, on_step=None, cancel=None) -> Completion:
         for start in range(0, len(self.answer), 4):
             if on_step is not None:
-                on_step([1], self.answer[start : start + 4])
+                on_step(Piece([1], self.answer[start : start + 4]))
         return Completion([1, 2], self.answer, "stop", 2, 0, Trace(), 0.0)
 
 

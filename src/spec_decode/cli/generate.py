@@ -44,7 +44,7 @@ from spec_decode.cli.options import (
 )
 from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.serving.completion import Completion
+from spec_decode.serving.completion import Completion, Piece
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig
 from spec_decode.serving.engine import Engine
 
@@ -136,9 +136,9 @@ def generate_command(
     _print_summary(payload, runs)
 
 
-def _print_text(tokens: list[int], text: str) -> None:
+def _print_text(piece: Piece) -> None:
     """Print a step's text as soon as it is final."""
-    sys.stdout.write(text)
+    sys.stdout.write(piece.text)
     sys.stdout.flush()
 
 

@@ -9,12 +9,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from spec_decode.core.trace import Trace
+from spec_decode.serving.logprobs import TokenLogprob
 
 #: Why a generation ended: an end-of-generation token or a stop string, the token limit, or
 #: the caller's cancellation.
 FINISH_REASONS = ("stop", "length", "cancelled")
-#: Called after every step with the tokens it emitted and the text that became final.
-StepCallback = Callable[[list[int], str], None]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What one step gave: the tokens it emitted, the text that became final (the last piece
+    of a generation comes with no tokens) and, when asked for, the tokens' log-probabilities."""
+
+    tokens: list[int]
+    text: str
+    logprobs: list[TokenLogprob] | None = None
+
+
+#: Called after every step with its :class:`Piece`.
+StepCallback = Callable[[Piece], None]
 
 
 @dataclass
@@ -25,7 +38,8 @@ class Completion:
     text, cut before a stop string; ``finish_reason`` one of :data:`FINISH_REASONS`;
     ``cached_tokens`` how many prompt tokens were reused from the previous request's KV cache;
     ``seconds`` the generation's wall time, ``first_step_seconds`` that of its first step (the
-    prompt read plus one target pass; 0 when none ran).
+    prompt read plus one target pass; 0 when none ran); ``logprobs`` one entry per token when
+    the request asked for them.
     """
 
     tokens: list[int]
@@ -36,6 +50,7 @@ class Completion:
     trace: Trace
     seconds: float
     first_step_seconds: float = 0.0
+    logprobs: list[TokenLogprob] | None = None
 
     def figures(self) -> dict[str, object]:
         """Every reported figure of this generation, for JSON output."""

@@ -1,31 +1,24 @@
 """The engine: a target (and a draft, when it can pay) loaded once, serving any number of
 generations.
 
-:meth:`Engine.load` chooses the backend, loads the target, reads this machine's cost curve once
-(measuring it the first time, :mod:`spec_decode.backends.calibration`) and loads the draft model
-only when the auto policy could ever choose it on that curve (:func:`draft_may_pay`).
-:meth:`Engine.prepare` turns a prompt (text, chat messages or token ids) and its controls into a
-checked :class:`~spec_decode.serving.request.GenerationRequest`; :meth:`Engine.generate` runs
-one, with a callback for each step's tokens and released text and a cancellation check before
-every step, and returns a :class:`Completion`.
+:meth:`Engine.load` loads the target, reads the cost curve (measuring it the first time) and
+loads the draft only when the auto policy could choose it; :meth:`Engine.prepare` makes a checked
+:class:`~spec_decode.serving.request.GenerationRequest` from a prompt; :meth:`Engine.generate`
+runs one, step by step, and returns a :class:`~spec_decode.serving.completion.Completion`.
 
 Across requests the engine keeps two things, and neither may change what a request emits:
 
-* The models' KV caches. The next request that shares a prefix with the last sequence (the next
-  turn of a conversation) reads only what is new, but only as far as a cold run would have
-  computed the reused rows the same way: llama.cpp's kernels give a row different bits when it
-  is computed among a different number of rows, and a cold run reads the whole prompt in one
-  call. :meth:`~spec_decode.backends.llamacpp.LlamaCppModel.keep_reusable` keeps only a prefix
-  computed in calls this build computes batch-invariantly and leaves enough of the prompt to
-  read that it is read the same way; a backend without it starts every request cold.
+* The models' KV caches. The next request that shares a prefix with the last sequence reads
+  only what is new, as far as a cold run would have computed the reused rows bitwise the same
+  (:meth:`~spec_decode.backends.llamacpp.LlamaCppModel.keep_reusable`); a backend without that
+  check starts every request cold.
 * The shared :class:`~spec_decode.drafting.suffix.SuffixHistory`: every finished request's
   sequence is added, and later requests' suffix drafter continues from it. Greedy output does
   not depend on what was drafted; a sampled request does, through which random draws the steps
   consume, so a request with both a seed and a temperature above 0 does not read the history:
   its output is then a function of its own input and seed alone, as the same request run alone.
 
-One engine runs one generation at a time (llama.cpp contexts are not thread-safe); the server
-gives it a thread of its own (:mod:`spec_decode.serving.worker`).
+One generation runs at a time (llama.cpp contexts are not thread-safe; :mod:`.worker`).
 """
 
 from __future__ import annotations
@@ -62,9 +55,10 @@ from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import policy_by_name
 from spec_decode.drafting.rule_choice import RuleChoice, rule_by_name
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
-from spec_decode.serving.completion import Completion, StepCallback
+from spec_decode.serving.completion import Completion, Piece, StepCallback
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig, default_k, draft_may_pay
 from spec_decode.serving.halting import Halt, halt_reason, halting_step
+from spec_decode.serving.logprobs import RowRecorder, TokenLogprob
 from spec_decode.serving.request import GenerationRequest
 from spec_decode.serving.text import IncrementalText
 
@@ -157,6 +151,7 @@ class Engine:
         stop: Sequence[str] = (),
         rule: str | None = None,
         target_only: bool = False,
+        logprobs: int | None = None,
     ) -> GenerationRequest:
         """A checked :class:`~spec_decode.serving.request.GenerationRequest` for ``prompt``:
         text (through the chat template as one user message unless ``raw``), chat messages (with
@@ -179,7 +174,7 @@ class Engine:
         controls = sampling or SamplingParams()
         stops = (stop,) if isinstance(stop, str) else tuple(stop)
         request = GenerationRequest(
-            tuple(ids), max_tokens, controls, seed, stops, rule, target_only
+            tuple(ids), max_tokens, controls, seed, stops, rule, target_only, logprobs
         )
         self.validate(request)
         return request
@@ -217,6 +212,9 @@ class Engine:
         for model in self.models:
             model.check_fits(len(request.prompt), request.max_tokens)
         self.target.model.check_ids(request.prompt)
+        drafts_trees = self.config.tree is not None and not request.target_only
+        if request.logprobs is not None and drafts_trees:
+            raise BadRequest("logprobs are not reported under token trees (--tree)", "logprobs")
 
     def warm_up(self) -> None:
         """One untimed forward per model: pages the weights in before anything is timed."""
@@ -240,8 +238,10 @@ class Engine:
         Ends after an end-of-generation token or once a stop string appears in the text
         (``finish_reason`` "stop"), after ``request.max_tokens`` ("length"), or before the first
         step after ``cancel`` returned True or was set ("cancelled"). ``on_step`` is called after
-        every step with its tokens and the text they made final (the last piece comes with no
-        tokens).
+        every step with its :class:`~spec_decode.serving.completion.Piece`: its tokens, the text
+        they made final (the last piece comes with no tokens) and, when the request asks for
+        them, their log-probabilities, read from the rows the step decided on
+        (:class:`~spec_decode.serving.logprobs.RowRecorder`).
         """
         self.validate(request)
         ids, sampling, seed = list(request.prompt), request.sampling, request.seed
@@ -250,19 +250,28 @@ class Engine:
         # under the coupled rule the drafts (and so the history) never change the output
         reads_history = choice.coupled or sampling.temperature == 0 or seed is None
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
+        recorder = None
+        if request.logprobs is not None:
+            recorder = RowRecorder(self.target.model, request.logprobs)
         with self._lock:
-            step = self._step(sampling, request.target_only, reads_history, choice)
+            scorer = recorder or self.target.model
+            step = self._step(scorer, sampling, request.target_only, reads_history, choice)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
             cached = self._prepare_caches(ids)
 
             first_step: list[float] = []
+            logprobs: list[TokenLogprob] = []
 
             def on_tokens(tokens: list[int]) -> None:
                 if not first_step:
                     first_step.append(time.perf_counter() - start)
-                piece = text.add(tokens)
+                entries = None
+                if recorder is not None:
+                    entries = recorder.take(len(ids) + len(logprobs), tokens)
+                    logprobs.extend(entries)
+                piece = Piece(tokens, text.add(tokens), entries)
                 if on_step is not None:
-                    on_step(tokens, piece)
+                    on_step(piece)
 
             start = time.perf_counter()
             try:
@@ -282,11 +291,13 @@ class Engine:
             seconds = time.perf_counter() - start
             last = text.finish()
             if on_step is not None and last:
-                on_step([], last)
+                on_step(Piece([], last))
             if trace.tokens and self.config.shared_history:
                 self.history.add(ids + trace.tokens)
         first = first_step[0] if first_step else 0.0
-        return Completion(trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first)
+        done = Completion(trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first)
+        done.logprobs = logprobs if recorder is not None else None
+        return done
 
     def _prepare_caches(self, prompt: list[int]) -> int:
         """Keep what each model's cache may reuse for ``prompt`` (nothing without
@@ -302,10 +313,16 @@ class Engine:
         return kept[0]
 
     def _step(
-        self, sampling: SamplingParams, target_only: bool, history: bool, choice: RuleChoice
+        self,
+        target: Any,
+        sampling: SamplingParams,
+        target_only: bool,
+        history: bool,
+        choice: RuleChoice,
     ) -> StepFunction:
-        """The step function of one request: target-only, auto, a token tree or a chain."""
-        config, target = self.config, self.target.model
+        """The step function of one request, scoring with ``target`` (the target model, or a
+        recorder around it): target-only, auto, a token tree or a chain."""
+        config = self.config
         if target_only or config.draft == NO_DRAFT:
             return target_step(target, sampling)
         draft = self.draft.model if self.draft is not None else None

@@ -21,8 +21,6 @@ _NOT_YET = {
     "logit_bias": (None, {}),
 }
 CHAT_NOT_YET = _NOT_YET | {
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
     "response_format": (None, {"type": "text"}),
@@ -33,7 +31,6 @@ CHAT_NOT_YET = _NOT_YET | {
     "web_search_options": (None,),
 }
 COMPLETION_NOT_YET = _NOT_YET | {
-    "logprobs": (None,),
     "echo": (None, False),
     "best_of": (None, 1),
     "suffix": (None, ""),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from spec_decode.core.checks import whole_number
 from spec_decode.core.errors import BadPrompt, BadRequest
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class GenerationRequest:
 
     ``seed`` None draws a fresh one; generation ends early once a ``stop`` string appears in the
     text (cut before it); ``rule`` None is the engine's configured rule; ``target_only`` decodes
-    without drafting.
+    without drafting; ``logprobs`` None reports none, n >= 0 each token's log-probability with
+    the n most likely alternatives (:mod:`~spec_decode.serving.logprobs`).
     """
 
     prompt: tuple[int, ...]
@@ -35,6 +37,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     rule: str | None = None
     target_only: bool = False
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -53,3 +56,8 @@ class GenerationRequest:
         if any(not isinstance(s, str) or not s for s in stop):
             raise BadRequest("stop strings must be non-empty strings", "stop")
         object.__setattr__(self, "stop", stop)
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise BadRequest(
+                f"top log-probabilities must lie in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}",
+                "top_logprobs",
+            )

@@ -28,6 +28,7 @@ from pydantic import (
 
 from spec_decode.core.sampling import SAMPLING_RANGES, SamplingParams
 from spec_decode.serving.fields import CHAT_NOT_YET, COMPLETION_NOT_YET, NO_EFFECT, is_off
+from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
 from spec_decode.serving.tool_calls import template_messages
 
 #: The chat roles a message may have, and the role the chat template is given for each.
@@ -225,6 +226,10 @@ class SamplingFields(BaseModel):
         """The token limit the client asked for, if any."""
         return self.max_tokens
 
+    def requested_logprobs(self) -> int | None:
+        """None for no log-probabilities, else how many alternatives each token lists."""
+        return None
+
 
 class ChatRequest(SamplingFields):
     """``POST /v1/chat/completions``. ``tools`` are rendered through the model's chat template and
@@ -236,6 +241,18 @@ class ChatRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[Tool] | None = None
     tool_choice: Any = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
+        return value
+
+    def requested_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @field_validator("tool_choice")
     @classmethod
@@ -263,6 +280,11 @@ class CompletionRequest(SamplingFields):
 
     prompt: str | list[str] | list[int]
     max_tokens: int | None = Field(default=16, ge=1)  # the OpenAI API's default here
+    #: Each token's log-probability with this many alternatives (None: none).
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    def requested_logprobs(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod

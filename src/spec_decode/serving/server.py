@@ -42,7 +42,8 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from spec_decode.core.errors import BadRequest
-from spec_decode.serving.completion import Completion
+from spec_decode.serving.completion import Completion, Piece
+from spec_decode.serving.logprobs import TokenLogprob
 from spec_decode.serving.metrics import Metrics
 from spec_decode.serving.replies import Reply, timings
 from spec_decode.serving.request import GenerationRequest
@@ -165,20 +166,24 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
     ) -> Response:
         job = Job(await prepare(body, prompt, chat, tools))
         names = None if tools is None else frozenset(t["function"]["name"] for t in tools)
-        reply = Reply.new(settings.model_name, chat, body.return_token_ids, names)
+        wants_logprobs = job.request.logprobs is not None
+        reply = Reply.new(
+            settings.model_name, chat, token_ids=body.return_token_ids, tools=names,
+            logprobs=wants_logprobs, decode=engine.tokenizer.decode if wants_logprobs else None,
+        )  # fmt: skip
         path = request.url.path
         if body.stream:
             loop = asyncio.get_running_loop()
-            pieces: asyncio.Queue[tuple[list[int], str] | None] = asyncio.Queue()
+            pieces: asyncio.Queue[Piece | None] = asyncio.Queue()
             sent = threading.Event()
 
-            def on_step(tokens: list[int], text: str) -> None:
+            def on_step(piece: Piece) -> None:
                 # Send each step before the next decode rather than during it: llama.cpp's
                 # threads spin at barriers, so on a machine with as many cores as threads the
                 # event loop's work, run while a decode runs, preempts one of them and stalls
                 # the rest. The wait is bounded: a busy loop delays a step, never stops it.
                 sent.clear()
-                loop.call_soon_threadsafe(pieces.put_nowait, (tokens, text))
+                loop.call_soon_threadsafe(pieces.put_nowait, piece)
                 sent.wait(HANDOFF_S)
 
             job.on_step = on_step
@@ -210,6 +215,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
                 engine.prepare, prompt, max_tokens=body.requested_tokens(),
                 limit=settings.max_tokens, raw=True, tools=tools, sampling=body.sampling(),
                 seed=body.seed, stop=body.stop_strings(), rule=body.rule,
+                logprobs=body.requested_logprobs(),
             )  # fmt: skip
         except BadRequest as error:
             param = "messages" if chat and error.param == "prompt" else error.param
@@ -234,24 +240,25 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
     async def stream(
         job: Job,
         future: Future[Completion],
-        pieces: asyncio.Queue[tuple[list[int], str] | None],
+        pieces: asyncio.Queue[Piece | None],
         sent: threading.Event,
         reply: Reply,
     ) -> AsyncIterator[str]:
         """The stream's events; ``sent`` is set once each step's event went out (or had none)."""
         calls = ToolCallText(reply.tools) if reply.tools is not None else None
         first = True
+        logprobs: list[TokenLogprob] = []  # of tokens whose text has not gone out yet
         try:
-            while (item := await pieces.get()) is not None:
-                tokens, text = item
-                text = calls.add(text) if calls is not None else text
-                if not text and not (reply.token_ids and tokens):
+            while (piece := await pieces.get()) is not None:
+                text = calls.add(piece.text) if calls is not None else piece.text
+                logprobs += piece.logprobs or []
+                if not text and not (reply.token_ids and piece.tokens):
                     sent.set()
                     continue
                 if first:
                     metrics.first_token(job)
-                yield json.dumps(reply.chunk(text, tokens, first))
-                first = False
+                yield json.dumps(reply.chunk(text, piece.tokens, first, logprobs=logprobs))
+                first, logprobs = False, []
                 sent.set()  # the response resumes this generator once the event was sent
             failure = None
             if future.cancelled():  # dropped from the queue at shutdown
@@ -272,8 +279,9 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
         if calls is not None:
             rest, made = calls.finish()
             if rest or made:
-                yield json.dumps(reply.chunk(rest, [], first, made))
-        final = reply.last_chunk(completion, made)
+                yield json.dumps(reply.chunk(rest, [], first, made, logprobs))
+                logprobs = []
+        final = reply.last_chunk(completion, made, logprobs)
         yield json.dumps(final | {"engine_timings": timings(completion, job)})
         yield "[DONE]"
 
