@@ -95,7 +95,8 @@ def test_without_logprobs_a_request_reports_none_and_its_tokens_are_the_same(eng
 def test_the_api_gives_every_token_its_entry_whole_and_streamed(tiny_pair):
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
-    from spec_decode.serving.server import Settings, create_app
+    from spec_decode.serving.server import create_app
+    from spec_decode.serving.state import Settings
     from spec_decode.serving.worker import Worker
 
     target, draft = tiny_pair

@@ -17,7 +17,8 @@ pytest.importorskip("prometheus_client")
 
 from spec_decode.serving.config import EngineConfig  # noqa: E402
 from spec_decode.serving.engine import Engine  # noqa: E402
-from spec_decode.serving.server import Settings, create_app  # noqa: E402
+from spec_decode.serving.server import create_app  # noqa: E402
+from spec_decode.serving.state import Settings  # noqa: E402
 from spec_decode.serving.worker import Worker  # noqa: E402
 
 MODEL = "target"

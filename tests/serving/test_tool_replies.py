@@ -21,7 +21,8 @@ pytest.importorskip("prometheus_client")
 from spec_decode.core.trace import Trace  # noqa: E402
 from spec_decode.serving.completion import Completion, Piece  # noqa: E402
 from spec_decode.serving.request import GenerationRequest  # noqa: E402
-from spec_decode.serving.server import Settings, create_app  # noqa: E402
+from spec_decode.serving.server import create_app  # noqa: E402
+from spec_decode.serving.state import Settings  # noqa: E402
 from spec_decode.serving.worker import Worker  # noqa: E402
 
 TOOLS = [

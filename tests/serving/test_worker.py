@@ -81,7 +81,8 @@ def test_shutdown_drops_the_waiting_and_cancels_the_running_after_the_grace():
 def test_a_full_queue_is_a_429_with_retry_after():
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
-    from spec_decode.serving.server import Settings, create_app
+    from spec_decode.serving.server import create_app
+    from spec_decode.serving.state import Settings
 
     engine = HeldEngine()
     worker = Worker(lambda: engine, max_queue=0)

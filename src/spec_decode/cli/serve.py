@@ -71,7 +71,8 @@ def serve_command(
         import uvicorn
 
         from spec_decode.serving.engine import Engine
-        from spec_decode.serving.server import Settings, create_app
+        from spec_decode.serving.server import create_app
+        from spec_decode.serving.state import Settings
         from spec_decode.serving.worker import Worker
     except ImportError as error:
         console.print(f'[red]error:[/] {error}; install the extra: pip install -e ".[serve]"')
