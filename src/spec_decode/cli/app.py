@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from spec_decode.cli.audit import audit_command
+from spec_decode.cli.audit_engine import audit_engine_command
 from spec_decode.cli.build_kernels import build_kernels_command
 from spec_decode.cli.calibrate import calibrate_command
 from spec_decode.cli.generate import generate_command
@@ -21,6 +22,7 @@ app.command()(verify)
 app.command()(run)
 app.command(name="sweep")(sweep_command)
 app.command(name="audit")(audit_command)
+app.command(name="audit-engine")(audit_engine_command)
 app.command(name="generate")(generate_command)
 app.command(name="calibrate")(calibrate_command)
 app.command(name="serve")(serve_command)

@@ -1,0 +1,176 @@
+"""Audit a whole engine as a black box: run its speculative generation many times and compare
+the empirical joint distribution of the first tokens with its own target-only joint.
+
+An engine adapter (:class:`EngineAdapter`) is three things: ``vocab_size``;
+``target_probs(prefix, sampling)``, the next-token distribution of the engine's own plain
+decoding under ``sampling`` (its sampler chain applied: ``sampling.warp`` for ours); and
+``generate(prefix, n_tokens, sampling, seed)``, its speculative generation, doing everything
+itself (drafting, verification, caches, random numbers). The auditor computes the exact joint of
+the first ``tokens`` tokens from ``target_probs`` (every sequence, on the small vocabularies
+this is for), draws ``samples`` generations with seeds 0, 1, ..., and tests the counts against
+that joint:
+
+* a chi-square test at the stated false-alarm rate (cells of small expected count pooled:
+  :func:`~spec_decode.certify.goodness_of_fit.chi_square_test`); the verdict is FAIL when it
+  rejects, and the report states the TV the test detects with probability 0.99 at this sample
+  size (:func:`~spec_decode.certify.goodness_of_fit.detectable_tv`);
+* the plug-in TV between the empirical and the exact joint, with a 95 % interval from a
+  parametric bootstrap (counts drawn from the empirical distribution). Sampling noise alone
+  makes the plug-in TV positive, so the report also gives the 95th percentile of the plug-in TV
+  of an exact engine at this sample size (counts drawn from the exact joint): an engine whose
+  estimate lies above it is biased by about the difference.
+
+A sequence the reference gives probability 0 fails the audit outright.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from spec_decode.certify.goodness_of_fit import chi_square_test, detectable_tv
+from spec_decode.core.sampling import SamplingParams
+
+#: The most sequences the exact joint may list (vocabulary ** tokens, zeros pruned).
+MAX_CELLS = 100_000
+#: The power at which the report states the detectable TV.
+POWER = 0.99
+
+
+class EngineAdapter(Protocol):
+    """What the auditor needs from an engine (see the module docstring)."""
+
+    vocab_size: int
+
+    def target_probs(self, prefix: Sequence[int], sampling: SamplingParams) -> np.ndarray: ...
+
+    def generate(
+        self, prefix: Sequence[int], n_tokens: int, sampling: SamplingParams, seed: int
+    ) -> Sequence[int]: ...
+
+
+@dataclass(frozen=True)
+class EngineAuditReport:
+    """The verdict on an engine ("PASS" or "FAIL"), with the evidence: how many generations of
+    how many tokens, the cells compared, the test's p-value at its false-alarm rate, the TV it
+    detects with probability :data:`POWER`, the TV estimate with its 95 % interval and the 95th
+    percentile of an exact engine's estimate, the seconds taken, and ``problem`` when the engine
+    emitted what plain decoding never does."""
+
+    verdict: str
+    samples: int
+    tokens: int
+    cells: int
+    p_value: float
+    false_alarm_rate: float
+    detectable_tv: float
+    tv: float
+    tv_interval: tuple[float, float]
+    exact_tv_95: float
+    seconds: float
+    problem: str | None = None
+
+
+def exact_joint(
+    engine: EngineAdapter, prefix: Sequence[int], tokens: int, sampling: SamplingParams
+) -> dict[tuple[int, ...], float]:
+    """The probability of every continuation of ``tokens`` tokens under the engine's plain
+    decoding (continuations of probability 0 left out)."""
+    joint: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(tokens):
+        grown: dict[tuple[int, ...], float] = {}
+        for sequence, mass in joint.items():
+            row = np.asarray(engine.target_probs([*prefix, *sequence], sampling), dtype=float)
+            for token in np.flatnonzero(row > 0):
+                grown[(*sequence, int(token))] = mass * float(row[token])
+        if len(grown) > MAX_CELLS:
+            raise ValueError(
+                f"the exact joint has {len(grown):,} sequences, above the limit of "
+                f"{MAX_CELLS:,}: audit fewer tokens or a smaller vocabulary"
+            )
+        joint = grown
+    return joint
+
+
+def audit_engine(
+    engine: EngineAdapter,
+    *,
+    prefix: Sequence[int] = (0,),
+    tokens: int = 3,
+    samples: int = 20_000,
+    sampling: SamplingParams | None = None,
+    false_alarm_rate: float = 1e-3,
+    time_budget_s: float | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> EngineAuditReport:
+    """Audit ``engine`` (see the module docstring): ``samples`` generations of ``tokens``
+    tokens after ``prefix`` under ``sampling`` (default temperature 1), seeds 0, 1, ...; stops
+    drawing once ``time_budget_s`` seconds have passed (the report says how many it drew);
+    ``on_progress`` is called with the number drawn so far, every 1 % of the way."""
+    if tokens < 1 or samples < 2 or not 0 < false_alarm_rate < 1:
+        raise ValueError("need tokens >= 1, samples >= 2 and a false-alarm rate in (0, 1)")
+    sampling = sampling or SamplingParams()
+    start = time.perf_counter()
+    joint = exact_joint(engine, prefix, tokens, sampling)
+    counts: Counter[tuple[int, ...]] = Counter()
+    step = max(samples // 100, 1)
+    drawn = 0
+    for seed in range(samples):
+        if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
+            break
+        emitted = tuple(int(t) for t in engine.generate(list(prefix), tokens, sampling, seed))
+        counts[emitted[:tokens]] += 1
+        drawn += 1
+        if on_progress is not None and drawn % step == 0:
+            on_progress(drawn)
+    return _report(joint, counts, drawn, tokens, false_alarm_rate, time.perf_counter() - start)
+
+
+def _report(
+    joint: dict[tuple[int, ...], float],
+    counts: Counter[tuple[int, ...]],
+    drawn: int,
+    tokens: int,
+    false_alarm_rate: float,
+    seconds: float,
+) -> EngineAuditReport:
+    unexpected = sorted(set(counts) - set(joint))
+    cells = list(joint) + unexpected
+    reference = np.array([joint.get(c, 0.0) for c in cells])
+    observed = np.array([counts.get(c, 0) for c in cells], dtype=float)
+    test = chi_square_test(observed, reference, false_alarm_rate)
+    tv = 0.5 * float(np.abs(observed / drawn - reference).sum())
+    problem = None
+    if unexpected:
+        problem = f"emitted {unexpected[0]}, which plain decoding never does"
+    return EngineAuditReport(
+        verdict="FAIL" if test.rejected else "PASS",
+        samples=drawn,
+        tokens=tokens,
+        cells=len(joint),
+        p_value=test.p_value,
+        false_alarm_rate=false_alarm_rate,
+        detectable_tv=detectable_tv(drawn, max(len(joint), 2), false_alarm_rate, POWER),
+        tv=tv,
+        tv_interval=_tv_percentiles(observed / drawn, reference, drawn, (2.5, 97.5)),
+        exact_tv_95=_tv_percentiles(reference, reference, drawn, (95.0,))[0],
+        seconds=seconds,
+        problem=problem,
+    )
+
+
+def _tv_percentiles(
+    source: np.ndarray, reference: np.ndarray, drawn: int, percentiles: tuple[float, ...]
+) -> tuple[float, ...]:
+    """Percentiles of the plug-in TV against ``reference`` of ``drawn`` counts redrawn from
+    ``source`` (400 seeded rounds): the empirical distribution for the estimate's interval, the
+    reference itself for what an exact engine shows."""
+    rng = np.random.default_rng(0)
+    redrawn = rng.multinomial(drawn, source / source.sum(), size=400) / drawn
+    tvs = 0.5 * np.abs(redrawn - reference).sum(axis=1)
+    return tuple(float(v) for v in np.percentile(tvs, percentiles))

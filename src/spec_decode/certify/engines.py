@@ -1,0 +1,120 @@
+"""Engines to audit end to end (:mod:`~spec_decode.certify.engine_audit`), on a toy Markov pair:
+this project's own ``generate_speculative`` (which must PASS) and a zoo of whole-loop bugs that
+shipped in real engines (each must FAIL).
+
+The zoo runs one small, explicit speculative loop (:func:`speculative_loop`) with one thing done
+wrong (the bugs show under warped sampling, e.g. temperature 0.7 and top-k 3):
+
+* ``raw-q``: the draft samples from the warped draft distribution but the rule is given the raw
+  one (Hugging Face candidate generators, transformers #47932 / #47961);
+* ``greedy-draft``: the draft proposes its argmax under a sampling target and reports its
+  distribution as q (HF PR #30778, #32867);
+* ``stale-cache``: after a rejection, the next step's target and draft read a context that still
+  ends with the rejected draft (a KV cache not rolled back);
+
+and one exact control, ``control:no-bonus`` (after K acceptances no bonus token is drawn and
+the next step starts afresh: slower, not wrong, since every emitted token is still a sample of
+the target given what came before), which must PASS: the audit flags bias, not inefficiency.
+
+``ENGINES`` maps each name to a factory; ``spec-decode audit-engine NAME`` audits one, and
+``module:factory`` any object with the three methods of
+:class:`~spec_decode.certify.engine_audit.EngineAdapter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
+from spec_decode.core.rules import residual
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.drafting.speculative import generate_speculative
+
+#: The toy pair every built-in engine runs: 6 tokens, order 1, a draft that agrees 60 %.
+VOCAB, K = 6, 3
+
+
+def toy_pair() -> tuple[MarkovModel, MarkovModel]:
+    target = random_markov(VOCAB, seed=7, concentration=0.7)
+    return target, draft_from_target(target, agreement=0.6, seed=8)
+
+
+@dataclass
+class ToyEngine:
+    """An engine on the toy pair; ``bug`` None runs this project's ``generate_speculative``,
+    a zoo name runs :func:`speculative_loop` with that bug."""
+
+    bug: str | None = None
+
+    def __post_init__(self) -> None:
+        self.target, self.draft = toy_pair()
+        self.vocab_size = self.target.vocab_size
+
+    def target_probs(self, prefix: Sequence[int], sampling: SamplingParams) -> np.ndarray:
+        return sampling.warp(self.target.next_dist(prefix))
+
+    def generate(
+        self, prefix: Sequence[int], n_tokens: int, sampling: SamplingParams, seed: int
+    ) -> list[int]:
+        rng = np.random.default_rng(seed)
+        if self.bug is None:
+            trace = generate_speculative(
+                self.target, self.draft, prefix, n_tokens, K, rng, sampling=sampling
+            )
+            return trace.tokens
+        return speculative_loop(self.target, self.draft, prefix, n_tokens, rng, sampling, self.bug)
+
+
+def speculative_loop(
+    target: MarkovModel,
+    draft: MarkovModel,
+    prefix: Sequence[int],
+    n_tokens: int,
+    rng: np.random.Generator,
+    sampling: SamplingParams,
+    bug: str,
+) -> list[int]:
+    """The textbook loop (draft K, accept x with min(1, p/q), on the first rejection a sample
+    of the residual, after K acceptances a bonus token), with ``bug`` done wrong."""
+    context, emitted = list(prefix), []
+    while len(emitted) < n_tokens:
+        drafted, qs = [], []
+        for _ in range(K):
+            raw_q = draft.next_dist(context + drafted)
+            q = sampling.warp(raw_q)
+            token = int(np.argmax(q)) if bug == "greedy-draft" else int(rng.choice(len(q), p=q))
+            drafted.append(token)
+            qs.append(raw_q if bug == "raw-q" else q)
+        accepted, cut = [], None
+        for i, (token, q) in enumerate(zip(drafted, qs, strict=True)):
+            p = sampling.warp(target.next_dist(context + drafted[:i]))
+            if rng.random() < min(1.0, p[token] / q[token]) if q[token] > 0 else False:
+                accepted.append(token)
+                continue
+            cut = int(rng.choice(len(p), p=residual(p, q)))
+            break
+        if cut is None and bug != "no-bonus":
+            bonus = sampling.warp(target.next_dist(context + accepted))
+            cut = int(rng.choice(len(bonus), p=bonus))
+        step = accepted + ([cut] if cut is not None else [])
+        emitted += step
+        if bug == "stale-cache" and len(accepted) < K:
+            # the cache still holds the rejected draft, not the token emitted in its place
+            context = context + accepted + [drafted[len(accepted)]]
+        else:
+            context = context + step
+    return emitted[:n_tokens]
+
+
+#: The zoo's bugs (each must FAIL) and the exact control (must PASS).
+BUGS = ("raw-q", "greedy-draft", "stale-cache")
+CONTROLS = ("no-bonus",)
+#: name -> factory of each built-in engine.
+ENGINES: dict[str, Callable[[], ToyEngine]] = {
+    "ours": ToyEngine,
+    **{f"zoo:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in BUGS},
+    **{f"control:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in CONTROLS},
+}

@@ -1,0 +1,56 @@
+"""The end-to-end engine audit: this project's own toy loop PASSes (the serving engine's audit
+is in tests/serving/test_engine_audit_serving.py), every whole-loop bug of the engine zoo FAILs,
+the exact control that only drops the bonus token PASSes, and the command reports it (exit 0,
+1, 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from spec_decode.certify.engine_audit import audit_engine, exact_joint
+from spec_decode.certify.engines import BUGS, CONTROLS, ENGINES, ToyEngine
+from spec_decode.cli.app import app
+from spec_decode.core.sampling import SamplingParams
+
+WARPED = SamplingParams(0.7, top_k=3)  # where raw and warped draft distributions differ
+SAMPLES = 6_000  # detects TV >= 0.053 with probability 0.99 on the toy pair's 27 sequences
+
+
+def test_the_exact_joint_is_the_product_of_the_plain_rows():
+    engine = ToyEngine()
+    joint = exact_joint(engine, [0], 2, WARPED)
+    assert sum(joint.values()) == pytest.approx(1.0, abs=1e-12)
+    first = engine.target_probs([0], WARPED)
+    for (a, b), mass in joint.items():
+        assert mass == pytest.approx(first[a] * engine.target_probs([0, a], WARPED)[b])
+
+
+@pytest.mark.parametrize("name", ["ours", *(f"control:{c}" for c in CONTROLS)])
+def test_exact_engines_pass(name):
+    report = audit_engine(ENGINES[name](), samples=SAMPLES, sampling=WARPED)
+    assert report.verdict == "PASS" and report.problem is None
+    assert report.detectable_tv < 0.06 and report.tv < report.exact_tv_95 * 1.5
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_every_zoo_engine_fails(bug):
+    report = audit_engine(ENGINES[f"zoo:{bug}"](), samples=SAMPLES, sampling=WARPED)
+    assert report.verdict == "FAIL" and report.p_value < 1e-6
+    assert report.tv_interval[0] > report.exact_tv_95  # the bias is far above the noise
+
+
+runner = CliRunner()
+
+
+def test_the_command_lists_audits_and_exits_by_verdict():
+    listed = runner.invoke(app, ["audit-engine", "--list"])
+    assert listed.exit_code == 0 and all(name in listed.output for name in ENGINES)
+    passed = runner.invoke(app, ["audit-engine", "ours", "--samples", "3000", "--json"])
+    assert passed.exit_code == 0 and json.loads(passed.output)["verdict"] == "PASS"
+    failed = runner.invoke(app, ["audit-engine", "zoo:greedy-draft", "--samples", "3000"])
+    assert failed.exit_code == 1 and "FAIL" in failed.output
+    for bad in (["no_such_module:factory"], ["ours", "--tokens", "9"], []):
+        assert runner.invoke(app, ["audit-engine", *bad]).exit_code == 2, bad
