@@ -66,8 +66,8 @@ from _common import (
     summarize,
     write_results,
 )
+from _hf import CallCounter
 from prompt_sets import CATEGORIES, sample
-from real_models import CallCounter
 
 from spec_decode.backends.calibration import MAX_BLOCK, cost_curve
 from spec_decode.backends.loading import check_pair, load

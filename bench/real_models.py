@@ -45,22 +45,12 @@ from _common import (
     summarize_cases,
     write_results,
 )
+from _hf import CallCounter
 
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.transformers import TransformersModel
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.drafting.speculative import generate_speculative
-
-
-class CallCounter:
-    """Counts forward calls of a module (used to read HF generate's target and draft passes)."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.calls = 0
-        module.register_forward_hook(self._hook)
-
-    def _hook(self, *_: object) -> None:
-        self.calls += 1
 
 
 def run_hf(

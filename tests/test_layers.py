@@ -74,3 +74,24 @@ def test_importing_the_package_loads_numpy_only():
     code = f"import sys, spec_decode; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+BENCH = PACKAGE_ROOT.parent.parent / "bench"
+
+
+def test_no_bench_script_imports_another():
+    """bench/ scripts share code through its modules whose names begin with an underscore
+    (and the prompt sets), never by importing another script's internals."""
+    scripts = {path.stem for path in BENCH.glob("*.py") if not path.stem.startswith("_")}
+    shared = {"prompt_sets"}
+    offending = []
+    for path in BENCH.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            offending += [f"{path.name}:{node.lineno} imports {n}" for n in names
+                          if n in scripts - shared and n != path.stem]  # fmt: skip
+    assert offending == []
