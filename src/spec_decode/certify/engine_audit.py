@@ -5,20 +5,22 @@ An engine adapter (:class:`EngineAdapter`) is three things: ``vocab_size``;
 ``target_probs(prefix, sampling)``, the next-token distribution of the engine's own plain
 decoding under ``sampling`` (its sampler chain applied: ``sampling.warp`` for ours); and
 ``generate(prefix, n_tokens, sampling, seed)``, its speculative generation, doing everything
-itself (drafting, verification, caches, random numbers). The auditor computes the exact joint of
-the first ``tokens`` tokens from ``target_probs`` (every sequence, on the small vocabularies
-this is for), draws ``samples`` generations with seeds 0, 1, ..., and tests the counts against
-that joint:
+itself (drafting, verification, caches, random numbers); an adapter may also name the
+``prefix`` its audits start from (the command reads it; default ``(0,)``). The auditor computes
+the exact joint of the first ``tokens`` tokens from ``target_probs`` (every sequence, on the
+small vocabularies this is for), draws ``samples`` generations with seeds 0, 1, ..., and tests
+the counts against that joint:
 
 * a chi-square test at the stated false-alarm rate (cells of small expected count pooled:
   :func:`~spec_decode.certify.goodness_of_fit.chi_square_test`); the verdict is FAIL when it
   rejects, and the report states the TV the test detects with probability 0.99 at this sample
   size (:func:`~spec_decode.certify.goodness_of_fit.detectable_tv`);
-* the plug-in TV between the empirical and the exact joint, with a 95 % interval from a
-  parametric bootstrap (counts drawn from the empirical distribution). Sampling noise alone
-  makes the plug-in TV positive, so the report also gives the 95th percentile of the plug-in TV
-  of an exact engine at this sample size (counts drawn from the exact joint): an engine whose
-  estimate lies above it is biased by about the difference.
+* a TV estimate with a 95 % interval. The plug-in TV between the empirical and the exact joint
+  is positive from sampling noise alone, so the estimate is the bootstrap's bias-corrected one
+  (twice the plug-in TV less the mean of the plug-in TVs of counts redrawn from the empirical
+  distribution), with the basic bootstrap interval, both cut at 0; the report also gives the
+  95th percentile of the plug-in TV of an exact engine at this sample size (counts drawn from
+  the exact joint), against which the plug-in TV itself can be read.
 
 A sequence the reference gives probability 0 fails the audit outright.
 """
@@ -58,9 +60,9 @@ class EngineAdapter(Protocol):
 class EngineAuditReport:
     """The verdict on an engine ("PASS" or "FAIL"), with the evidence: how many generations of
     how many tokens, the cells compared, the test's p-value at its false-alarm rate, the TV it
-    detects with probability :data:`POWER`, the TV estimate with its 95 % interval and the 95th
-    percentile of an exact engine's estimate, the seconds taken, and ``problem`` when the engine
-    emitted what plain decoding never does."""
+    detects with probability :data:`POWER`, the plug-in TV, the bias-corrected TV estimate with
+    its 95 % interval, the 95th percentile of an exact engine's plug-in TV, the seconds taken,
+    and ``problem`` when the engine emitted what plain decoding never does."""
 
     verdict: str
     samples: int
@@ -69,6 +71,7 @@ class EngineAuditReport:
     p_value: float
     false_alarm_rate: float
     detectable_tv: float
+    plug_in_tv: float
     tv: float
     tv_interval: tuple[float, float]
     exact_tv_95: float
@@ -145,6 +148,7 @@ def _report(
     observed = np.array([counts.get(c, 0) for c in cells], dtype=float)
     test = chi_square_test(observed, reference, false_alarm_rate)
     tv = 0.5 * float(np.abs(observed / drawn - reference).sum())
+    resampled = _resampled_tv(observed / drawn, reference, drawn)
     problem = None
     if unexpected:
         problem = f"emitted {unexpected[0]}, which plain decoding never does"
@@ -156,21 +160,22 @@ def _report(
         p_value=test.p_value,
         false_alarm_rate=false_alarm_rate,
         detectable_tv=detectable_tv(drawn, max(len(joint), 2), false_alarm_rate, POWER),
-        tv=tv,
-        tv_interval=_tv_percentiles(observed / drawn, reference, drawn, (2.5, 97.5)),
-        exact_tv_95=_tv_percentiles(reference, reference, drawn, (95.0,))[0],
+        plug_in_tv=tv,
+        tv=max(0.0, 2 * tv - float(np.mean(resampled))),
+        tv_interval=(
+            max(0.0, 2 * tv - float(np.percentile(resampled, 97.5))),
+            max(0.0, 2 * tv - float(np.percentile(resampled, 2.5))),
+        ),
+        exact_tv_95=float(np.percentile(_resampled_tv(reference, reference, drawn), 95)),
         seconds=seconds,
         problem=problem,
     )
 
 
-def _tv_percentiles(
-    source: np.ndarray, reference: np.ndarray, drawn: int, percentiles: tuple[float, ...]
-) -> tuple[float, ...]:
-    """Percentiles of the plug-in TV against ``reference`` of ``drawn`` counts redrawn from
-    ``source`` (400 seeded rounds): the empirical distribution for the estimate's interval, the
-    reference itself for what an exact engine shows."""
+def _resampled_tv(source: np.ndarray, reference: np.ndarray, drawn: int) -> np.ndarray:
+    """The plug-in TV against ``reference`` of ``drawn`` counts redrawn from ``source``, in 400
+    seeded rounds: from the empirical distribution for the bootstrap, from the reference itself
+    for what an exact engine shows."""
     rng = np.random.default_rng(0)
     redrawn = rng.multinomial(drawn, source / source.sum(), size=400) / drawn
-    tvs = 0.5 * np.abs(redrawn - reference).sum(axis=1)
-    return tuple(float(v) for v in np.percentile(tvs, percentiles))
+    return 0.5 * np.abs(redrawn - reference).sum(axis=1)

@@ -112,9 +112,22 @@ def speculative_loop(
 #: The zoo's bugs (each must FAIL) and the exact control (must PASS).
 BUGS = ("raw-q", "greedy-draft", "stale-cache")
 CONTROLS = ("no-bonus",)
-#: name -> factory of each built-in engine.
-ENGINES: dict[str, Callable[[], ToyEngine]] = {
+
+
+def _hf(mode: str) -> Callable[[], object]:
+    def make() -> object:
+        from spec_decode.certify.engines_hf import HFEngine  # needs the hf extra
+
+        return HFEngine(mode)
+
+    return make
+
+
+#: name -> factory of each built-in engine (the ``hf:`` ones are transformers' own
+#: generation, :mod:`~spec_decode.certify.engines_hf`).
+ENGINES: dict[str, Callable[[], object]] = {
     "ours": ToyEngine,
     **{f"zoo:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in BUGS},
     **{f"control:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in CONTROLS},
+    **{f"hf:{mode}": _hf(mode) for mode in ("assisted", "prompt-lookup", "plain")},
 }

@@ -66,7 +66,8 @@ def audit_engine_command(
         step = max(samples // 100, 1)
         try:
             report = audit_engine(
-                adapter, tokens=tokens, samples=samples, sampling=sampling,
+                adapter, prefix=getattr(adapter, "prefix", (0,)), tokens=tokens,
+                samples=samples, sampling=sampling,
                 false_alarm_rate=false_alarm_rate, time_budget_s=time_budget,
                 on_progress=lambda _: advance(step),
             )  # fmt: skip
@@ -105,8 +106,9 @@ def _print(payload: dict[str, Any]) -> None:
         f"{payload['tokens']} tokens, {payload['cells']:,} sequences; p = {payload['p_value']:.3g} "
         f"at a false-alarm rate of {payload['false_alarm_rate']:g}; detects TV >= "
         f"{payload['detectable_tv']:.4f} with probability 0.99; TV estimate "
-        f"{payload['tv']:.4f} (95 % interval {low:.4f}-{high:.4f}; an exact engine's stays "
-        f"below {payload['exact_tv_95']:.4f} at this size); {payload['seconds']:.1f} s"
+        f"{payload['tv']:.4f} (95 % interval {low:.4f}-{high:.4f}; plug-in "
+        f"{payload['plug_in_tv']:.4f}, an exact engine's below {payload['exact_tv_95']:.4f} at "
+        f"this size); {payload['seconds']:.1f} s"
     )
     if payload["problem"]:
         console.print(f"  {payload['problem']}")
