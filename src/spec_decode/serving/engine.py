@@ -172,9 +172,8 @@ class Engine:
                 "max_tokens",
             )
         controls = sampling or SamplingParams()
-        stops = (stop,) if isinstance(stop, str) else tuple(stop)
         request = GenerationRequest(
-            tuple(ids), max_tokens, controls, seed, stops, rule, target_only, logprobs
+            tuple(ids), max_tokens, controls, seed, tuple(stop), rule, target_only, logprobs
         )
         self.validate(request)
         return request
@@ -186,12 +185,13 @@ class Engine:
         tools: list[dict[str, Any]] | None,
     ) -> list[int]:
         """Token ids of a text prompt, a conversation or ids as they are (checked later)."""
-        if tools and (isinstance(prompt, str) or not all(isinstance(m, Mapping) for m in prompt)):
+        items = [] if isinstance(prompt, str) else list(prompt)
+        chat = bool(items) and all(isinstance(item, Mapping) for item in items)
+        if tools and not chat:
             raise BadRequest("tools need chat messages", "tools")
         if isinstance(prompt, str):
             return self.encode(prompt, raw)
-        items = list(prompt)
-        if items and all(isinstance(item, Mapping) for item in items):
+        if chat:
             try:
                 return self.encode_chat([dict(item) for item in items], tools)
             except BadRequest:
@@ -295,9 +295,10 @@ class Engine:
             if trace.tokens and self.config.shared_history:
                 self.history.add(ids + trace.tokens)
         first = first_step[0] if first_step else 0.0
-        done = Completion(trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first)
-        done.logprobs = logprobs if recorder is not None else None
-        return done
+        return Completion(
+            trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first,
+            logprobs if recorder is not None else None,
+        )  # fmt: skip
 
     def _prepare_caches(self, prompt: list[int]) -> int:
         """Keep what each model's cache may reuse for ``prompt`` (nothing without

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Fields that cannot change the answer, accepted and not used. (``parallel_tool_calls`` matters
-#: only with ``tools``, which are refused; ``stream_options.include_usage``: the last event of a
-#: stream always carries the usage.)
+#: Fields accepted and not used. (``stream_options.include_usage``: the last event of a stream
+#: always carries the usage. ``parallel_tool_calls``: the calls come back as the model wrote them,
+#: so ``false`` does not cut a second call; the packaged model writes one call an answer.)
 NO_EFFECT = frozenset(
     {"user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls"}
 )

@@ -4,6 +4,7 @@ request's time went."""
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -105,7 +106,7 @@ class Reply:
         if self.chat:
             return {"content": [self._chat_entry(e) for e in entries], "refusal": None}
         texts = [self._text(e.token) for e in entries]
-        offsets = [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
+        offsets = [0, *itertools.accumulate(len(t) for t in texts)][: len(texts)]
         return {
             "tokens": texts,
             "token_logprobs": [e.logprob for e in entries],

@@ -23,6 +23,16 @@ from spec_decode.backends.prompts import Tokenizer
 REPLACEMENT = "\ufffd"
 
 
+def held_back(text: str, markers: Sequence[str]) -> int:
+    """How many characters at the end of ``text`` begin one of ``markers`` (and so must wait
+    for the next piece before they can be released), at most one less than the longest."""
+    longest = max((len(m) for m in markers), default=1)
+    for n in range(min(longest - 1, len(text)), 0, -1):
+        if any(m.startswith(text[-n:]) for m in markers):
+            return n
+    return 0
+
+
 class IncrementalText:
     """The text of tokens added with :meth:`add`, released in final pieces, cut at ``stop``
     (non-empty strings, as :class:`~spec_decode.serving.request.Request` checks them)."""
@@ -54,18 +64,11 @@ class IncrementalText:
         if self.stopped:
             return self._release(len(self._text))
         clean = self._text.rstrip(REPLACEMENT)
-        return self._release(len(clean) - self._stop_start(clean))
+        return self._release(len(clean) - held_back(clean, self.stop))
 
     def finish(self) -> str:
         """The text still held back, once generation has ended."""
         return self._release(len(self._text))
-
-    def _stop_start(self, text: str) -> int:
-        """How many characters at the end of ``text`` begin some stop string."""
-        for n in range(min(self._hold, len(text)), 0, -1):
-            if any(s.startswith(text[-n:]) for s in self.stop):
-                return n
-        return 0
 
     def _release(self, end: int) -> str:
         if end <= self._released:

@@ -21,6 +21,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec_decode.serving.text import held_back
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
 _FENCED = re.compile(r"```(?:json)?[ \t]*\n(.*?)\n?```", re.DOTALL)
@@ -111,7 +113,7 @@ class ToolCallText:
         if start >= 0:
             self._calling = True
             return self._release(start)
-        return self._release(len(self._text) - _prefix_overlap(self._text, OPEN))
+        return self._release(len(self._text) - held_back(self._text, (OPEN,)))
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """The content not yet released and every call (all of it as content when no block
@@ -135,14 +137,6 @@ def _may_open_a_call(text: str) -> bool:
         return "```".startswith(start)
     line, newline, _ = start[3:].partition("\n")
     return not newline or line.strip() in ("", "json")
-
-
-def _prefix_overlap(text: str, marker: str) -> int:
-    """How many characters at the end of ``text`` begin ``marker``."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
