@@ -47,10 +47,7 @@ def main() -> None:
     for name, make in ENGINES.items():
         engine = make()
         samples = args.hf_samples if name.startswith("hf:") else args.samples
-        report = audit_engine(
-            engine, prefix=getattr(engine, "prefix", (0,)), tokens=args.tokens,
-            samples=samples, sampling=sampling,
-        )  # fmt: skip
+        report = audit_engine(engine, tokens=args.tokens, samples=samples, sampling=sampling)
         engines[name] = dataclasses.asdict(report) | {"version": getattr(engine, "version", None)}
         print(name, report.verdict, f"{report.seconds:.0f} s")
     results = {

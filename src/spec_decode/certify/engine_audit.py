@@ -6,7 +6,7 @@ An engine adapter (:class:`EngineAdapter`) is three things: ``vocab_size``;
 decoding under ``sampling`` (its sampler chain applied: ``sampling.warp`` for ours); and
 ``generate(prefix, n_tokens, sampling, seed)``, its speculative generation, doing everything
 itself (drafting, verification, caches, random numbers); an adapter may also name the
-``prefix`` its audits start from (the command reads it; default ``(0,)``). The auditor computes
+``prefix`` its audits start from (default ``(0,)``). The auditor computes
 the exact joint of the first ``tokens`` tokens from ``target_probs`` (every sequence, on the
 small vocabularies this is for), draws ``samples`` generations with seeds 0, 1, ..., and tests
 the counts against that joint:
@@ -103,7 +103,7 @@ def exact_joint(
 def audit_engine(
     engine: EngineAdapter,
     *,
-    prefix: Sequence[int] = (0,),
+    prefix: Sequence[int] | None = None,
     tokens: int = 3,
     samples: int = 20_000,
     sampling: SamplingParams | None = None,
@@ -112,12 +112,14 @@ def audit_engine(
     on_progress: Callable[[int], None] | None = None,
 ) -> EngineAuditReport:
     """Audit ``engine`` (see the module docstring): ``samples`` generations of ``tokens``
-    tokens after ``prefix`` under ``sampling`` (default temperature 1), seeds 0, 1, ...; stops
-    drawing once ``time_budget_s`` seconds have passed (the report says how many it drew);
-    ``on_progress`` is called with the number drawn so far, every 1 % of the way."""
+    tokens after ``prefix`` (default: the engine's own ``prefix`` if it names one, else ``(0,)``)
+    under ``sampling`` (default temperature 1), seeds 0, 1, ...; stops drawing once
+    ``time_budget_s`` seconds have passed (the report says how many it drew); ``on_progress`` is
+    called every 1 % of the way with how many were drawn since its last call."""
     if tokens < 1 or samples < 2 or not 0 < false_alarm_rate < 1:
         raise ValueError("need tokens >= 1, samples >= 2 and a false-alarm rate in (0, 1)")
     sampling = sampling or SamplingParams()
+    prefix = getattr(engine, "prefix", (0,)) if prefix is None else prefix
     start = time.perf_counter()
     joint = exact_joint(engine, prefix, tokens, sampling)
     counts: Counter[tuple[int, ...]] = Counter()
@@ -130,7 +132,7 @@ def audit_engine(
         counts[emitted[:tokens]] += 1
         drawn += 1
         if on_progress is not None and drawn % step == 0:
-            on_progress(drawn)
+            on_progress(step)
     return _report(joint, counts, drawn, tokens, false_alarm_rate, time.perf_counter() - start)
 
 

@@ -91,7 +91,7 @@ def speculative_loop(
         accepted, cut = [], None
         for i, (token, q) in enumerate(zip(drafted, qs, strict=True)):
             p = sampling.warp(target.next_dist(context + drafted[:i]))
-            if rng.random() < min(1.0, p[token] / q[token]) if q[token] > 0 else False:
+            if q[token] > 0 and rng.random() < min(1.0, p[token] / q[token]):
                 accepted.append(token)
                 continue
             cut = int(rng.choice(len(p), p=residual(p, q)))

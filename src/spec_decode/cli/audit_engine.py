@@ -63,13 +63,10 @@ def audit_engine_command(
     from spec_decode.certify.engine_audit import audit_engine
 
     with progress(f"auditing {engine}", samples, enabled=not as_json) as advance:
-        step = max(samples // 100, 1)
         try:
             report = audit_engine(
-                adapter, prefix=getattr(adapter, "prefix", (0,)), tokens=tokens,
-                samples=samples, sampling=sampling,
-                false_alarm_rate=false_alarm_rate, time_budget_s=time_budget,
-                on_progress=lambda _: advance(step),
+                adapter, tokens=tokens, samples=samples, sampling=sampling,
+                false_alarm_rate=false_alarm_rate, time_budget_s=time_budget, on_progress=advance,
             )  # fmt: skip
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--tokens") from error
