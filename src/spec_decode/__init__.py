@@ -10,6 +10,7 @@ from typing import Any
 
 from spec_decode.core.generate import generate_autoregressive
 from spec_decode.core.models import MarkovModel, Model, draft_from_target, random_markov, score
+from spec_decode.core.processors import LogitBias, Penalties, ProcessedModel, TokenAutomaton
 from spec_decode.core.protocols import Drafter, KPolicy
 from spec_decode.core.randomness import NumpySource, RandomSource
 from spec_decode.core.rules import Rule, exact_rule, residual
@@ -27,16 +28,20 @@ __all__ = [
     "FallbackDrafter",
     "FixedK",
     "KPolicy",
+    "LogitBias",
     "MarkovModel",
     "Model",
     "ModelDrafter",
     "NumpySource",
+    "Penalties",
+    "ProcessedModel",
     "PromptLookupDrafter",
     "RandomSource",
     "Rule",
     "SamplingParams",
     "ScheduleK",
     "Step",
+    "TokenAutomaton",
     "Trace",
     "TreeShape",
     "audit",
