@@ -8,6 +8,7 @@ models and so shows their batch-size dependence.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -109,7 +110,9 @@ def llama_writer(
     writer.add_tokenizer_model("llama")
     writer.add_token_list(list(tokens))
     writer.add_token_scores(list(scores))
-    writer.add_token_types([2, 3, 3] + [1] * (len(tokens) - _SPECIAL))  # unknown, control...
+    # unknown, control, control, then normal tokens, and byte tokens (<0x41>) as such
+    kinds = [6 if re.fullmatch(r"<0x[0-9A-F]{2}>", t) else 1 for t in tokens[_SPECIAL:]]
+    writer.add_token_types([2, 3, 3, *kinds])
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)

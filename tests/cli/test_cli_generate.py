@@ -80,3 +80,38 @@ def test_generate_rejects_bad_inputs(tiny_pair, tmp_path, tiny_qwen2_folder):
         args += ["--max-new-tokens", "8"]
         code, output = invoke(*args, *extra)
         assert code == 2 and message in output, (message, output)
+
+
+def test_generate_json_schema_constrains_the_answer(tiny_pair, tmp_path):
+    pytest.importorskip("llguidance")
+    target, draft = tiny_pair
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"enum": [1, 11, 111]}))  # what the word vocabulary can write
+    code, output = invoke(
+        "generate", "--target", str(target), "--draft", str(draft), "--prompt", "def x ( ) :",
+        "--max-new-tokens", "12", "--compare", "--json", "--json-schema", str(schema),
+        "--presence-penalty", "0.5",
+    )  # fmt: skip
+    assert code == 0, output
+    payload = json.loads(output[: output.rindex("}") + 1])
+    assert payload["identical_tokens"] is True
+    assert json.loads(payload["runs"]["speculative"]["text"]) in (1, 11, 111)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not a readable JSON file"),
+        ('{"type": "nosuch"}', "does not compile"),
+    ],
+)
+def test_generate_refuses_a_bad_schema_file(tiny_pair, tmp_path, content, message):
+    pytest.importorskip("llguidance")
+    target, _ = tiny_pair
+    schema = tmp_path / "schema.json"
+    schema.write_text(content)
+    code, output = invoke(
+        "generate", "--target", str(target), "--draft", "lookup", "--prompt", "x",
+        "--max-new-tokens", "4", "--json-schema", str(schema),
+    )  # fmt: skip
+    assert code == 2 and message in " ".join(output.split()), output

@@ -23,16 +23,48 @@ CHAT_TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
-    """Target and a well-matched draft. The EOS row of the output layer is zero, so EOS is
-    (almost) never the most likely token and generations run to their token limit."""
-    folder = tmp_path_factory.mktemp("serving-gguf")
-    target = tiny_weights(0, logit_scale=6.0, vocab=len(VOCABULARY))
+def write_pair(folder: Path, vocabulary: list[str], seed: int) -> tuple[Path, Path]:
+    """Target and a well-matched draft over ``vocabulary``, with the chat template. The EOS row
+    of the output layer is zero, so EOS is (almost) never the most likely token and generations
+    run to their token limit."""
+    target = tiny_weights(seed, logit_scale=6.0, vocab=len(vocabulary))
     target["output.weight"][EOS] = 0.0
-    draft = perturbed(target, 1, 0.05)
+    draft = perturbed(target, seed + 1, 0.05)
     options = {"context": CONTEXT, "chat_template": CHAT_TEMPLATE}
     return (
-        write_gguf(folder / "target.gguf", target, VOCABULARY, **options),
-        write_gguf(folder / "draft.gguf", draft, VOCABULARY, **options),
+        write_gguf(folder / "target.gguf", target, vocabulary, **options),
+        write_gguf(folder / "draft.gguf", draft, vocabulary, **options),
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """The engine and server tests' pair (:func:`write_pair`)."""
+    return write_pair(tmp_path_factory.mktemp("serving-gguf"), VOCABULARY, seed=0)
+
+
+#: Both cases of the letters, JSON's punctuation, digits and a newline, then the 256 byte
+#: tokens a SentencePiece vocabulary falls back to: any text tokenizes, and JSON and tool calls
+#: are written from the first tokens.
+JSON_VOCABULARY = [
+    *VOCABULARY,
+    *(chr(c) for c in range(ord("A"), ord("Z") + 1)),
+    *'{}":,<>_/[]',
+    *"0123456789",
+    "\n",
+    *(f"<0x{byte:02X}>" for byte in range(256)),
+]
+
+
+@pytest.fixture(scope="session")
+def json_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A pair (:func:`write_pair`) over :data:`JSON_VOCABULARY`, for constrained output."""
+    return write_pair(tmp_path_factory.mktemp("json-gguf"), JSON_VOCABULARY, seed=2)
+
+
+@pytest.fixture(scope="session")
+def no_whitespace() -> dict[str, float]:
+    """A logit bias (as JSON sends it) that keeps the random tiny model from writing whitespace:
+    it would indent every gap of a JSON answer to the grammar's bound and reach its token limit."""
+    spaces = ["\u2581", "\n", "<0x20>", "<0x0A>", "<0x0D>", "<0x09>"]  # the boundary is U+2581
+    return {str(JSON_VOCABULARY.index(token)): -100.0 for token in spaces}

@@ -17,6 +17,14 @@ pytest.importorskip("prometheus_client")
 
 from spec_decode.serving.config import EngineConfig  # noqa: E402
 from spec_decode.serving.engine import Engine  # noqa: E402
+from spec_decode.serving.fields import (  # noqa: E402
+    CHAT_NOT_YET,
+    COMPLETION_NOT_YET,
+    NO_EFFECT,
+    OPENAI_CHAT_FIELDS,
+    OPENAI_COMPLETION_FIELDS,
+)
+from spec_decode.serving.schemas import ChatRequest, CompletionRequest  # noqa: E402
 from spec_decode.serving.server import create_app  # noqa: E402
 from spec_decode.serving.state import Settings  # noqa: E402
 from spec_decode.serving.worker import Worker  # noqa: E402
@@ -30,7 +38,6 @@ LONG = "ab" * 250  # 500 letters: past the tiny model's 512 positions with 60 ne
 TOO_LONG = "context_length_exceeded"
 NOT_YET, UNKNOWN = "unsupported_field", "unknown_field"
 TOOL = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
-JSON = {"type": "json_object"}
 CALL = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
 NAN = json.dumps({**CHAT, "temperature": math.nan}).encode()
 HUGE = b'{"model": "' + b"x" * (2 << 20) + b'"}'
@@ -107,14 +114,29 @@ CASES = {
     "two prompts": ("text", {**TEXT, "prompt": ["ab", "cd"]}, 400, "prompt", None),
     "an empty stop string": ("text", {**TEXT, "stop": [""]}, 400, "stop", None),
     "an unknown rule": ("text", {**TEXT, "rule": "typical"}, 400, "rule", None),
-    "a penalty": ("chat", {**CHAT, "presence_penalty": 1.0}, 400, "presence_penalty", NOT_YET),
-    "a logit bias": ("text", {**TEXT, "logit_bias": {"5": 3}}, 400, "logit_bias", NOT_YET),
-    "tool_choice required": (
+    "a penalty above 2": ("chat", {**CHAT, "presence_penalty": 2.5}, 400, "presence_penalty", None),
+    "a bias above 100": ("text", {**TEXT, "logit_bias": {"5": 101}}, 400, "logit_bias", None),
+    "a bias on a word": ("text", {**TEXT, "logit_bias": {"a": 1}}, 400, "logit_bias", None),
+    "a bias outside the vocabulary": (
+        "text",
+        {**TEXT, "logit_bias": {"10000": 1}},
+        400,
+        "logit_bias",
+        None,
+    ),
+    "tool_choice required without tools": (
         "chat",
-        {**CHAT, "tools": [TOOL], "tool_choice": "required"},
+        {**CHAT, "tool_choice": "required"},
         400,
         "tool_choice",
-        NOT_YET,
+        None,
+    ),
+    "tool_choice naming no given tool": (
+        "chat",
+        {**CHAT, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+        400,
+        "tool_choice",
+        None,
     ),
     "a tool without a type": (
         "chat",
@@ -130,12 +152,32 @@ CASES = {
         "messages.0",
         None,
     ),
-    "a JSON response format": (
+    "an unknown response format": (
         "chat",
-        {**CHAT, "response_format": JSON},
+        {**CHAT, "response_format": {"type": "yaml"}},
+        400,
+        "response_format.type",
+        None,
+    ),
+    "a json_schema format without its schema": (
+        "chat",
+        {**CHAT, "response_format": {"type": "json_schema"}},
         400,
         "response_format",
-        NOT_YET,
+        None,
+    ),
+    "a schema that does not compile": (
+        "chat",
+        {
+            **CHAT,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "nosuch"}},
+            },
+        },
+        400,
+        "response_format",
+        None,
     ),
     "top_logprobs above 20": (
         "chat",
@@ -204,3 +246,28 @@ def test_a_good_request_next_to_them_is_served(app):
     response = post(app, PATHS["text"], {**TEXT, "max_tokens": 3, "temperature": 0})
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "not_yet"),
+    [
+        ("chat", OPENAI_CHAT_FIELDS, CHAT_NOT_YET),
+        ("text", OPENAI_COMPLETION_FIELDS, COMPLETION_NOT_YET),
+    ],
+)
+def test_every_field_of_the_openai_api_is_implemented_harmless_or_refused(model, fields, not_yet):
+    schema = ChatRequest if model == "chat" else CompletionRequest
+    unplaced = {
+        name
+        for name in fields
+        if name not in schema.model_fields and name not in NO_EFFECT and name not in not_yet
+    }
+    assert unplaced == set()
+    assert not set(schema.model_fields) & (NO_EFFECT | set(not_yet))
+
+
+@pytest.mark.parametrize("name", sorted(CHAT_NOT_YET))
+def test_a_field_not_implemented_yet_is_refused_at_any_other_value(app, name):
+    response = post(app, PATHS["chat"], {**CHAT, name: {"on": True}})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == name

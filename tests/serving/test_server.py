@@ -4,16 +4,11 @@ official ``openai`` client and by raw HTTP (httpx) for what a client library wou
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -23,58 +18,10 @@ pytest.importorskip("fastapi")
 pytest.importorskip("sse_starlette")
 pytest.importorskip("prometheus_client")
 
+from servers import MODEL, Server  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from spec_decode.cli.app import app  # noqa: E402
-
-MODEL = "target"  # the served name: the target file's stem
-STARTUP_S = 120  # loading, and calibrating the tiny pair the first time
-
-
-class Server:
-    """A ``spec-decode serve`` subprocess on a free port; stderr is collected as it comes."""
-
-    def __init__(self, pair: tuple[Path, Path], *options: str, env: dict[str, str] | None = None):
-        target, draft = pair
-        command = [sys.executable, "-m", "spec_decode.cli.app", "serve", "--port", "0"]
-        command += ["--target", str(target), "--draft", str(draft), "--threads", "1", *options]
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.url = ""
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self.ready.wait(STARTUP_S) or not self.url:
-            self.process.kill()
-            pytest.fail("the server did not start:\n" + "".join(self.lines))
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
-            if found:
-                self.url = found.group(1)
-                self.ready.set()
-        self.ready.set()
-
-    def client(self, api_key: str = "none") -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
-
-    def stop(self) -> int:
-        """SIGTERM, then the exit status."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return -1
 
 
 @pytest.fixture(scope="module")

@@ -47,10 +47,11 @@ class ScriptedEngine:
     target = SimpleNamespace(model=SimpleNamespace(vocab_size=10))
 
     def __init__(self, answer: str) -> None:
-        self.answer, self.tools = answer, []
+        self.answer, self.tools, self.grammars = answer, [], []
 
     def prepare(self, prompt, *, max_tokens=None, limit=None, raw=False, tools=None, **controls):
         self.tools.append(tools)
+        self.grammars.append(controls.get("grammar"))
         return GenerationRequest((1, 2), max_tokens or limit or 16, **controls)
 
     def generate(self, request, *, on_step=None, cancel=None) -> Completion:
@@ -62,7 +63,7 @@ class ScriptedEngine:
 
 def chat(answer: str, stream: bool, **options):
     """The scripted engine's answer through the server, as the openai client returns it (a
-    completion, or the list of streamed chunks), and the tools the engine was given."""
+    completion, or the list of streamed chunks), and the engine (what it was given)."""
     engine = ScriptedEngine(answer)
     worker = Worker(lambda: engine, max_queue=2)
     app = create_app(worker, Settings("m"))
@@ -77,7 +78,7 @@ def chat(answer: str, stream: bool, **options):
             return [chunk async for chunk in reply] if stream else reply
 
     try:
-        return asyncio.run(ask()), engine.tools
+        return asyncio.run(ask()), engine
     finally:
         worker.close(0)
         worker.join()
@@ -100,14 +101,14 @@ def assembled(chunks) -> tuple[str, list[dict], str]:
 
 
 def test_a_call_comes_back_in_tool_calls_and_the_tools_reach_the_prompt():
-    reply, given = chat("Let me look.\n" + CALL, stream=False, tools=TOOLS)
+    reply, engine = chat("Let me look.\n" + CALL, stream=False, tools=TOOLS)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look."
     (call,) = choice.message.tool_calls
     assert call.function.name == "read_file" and json.loads(call.function.arguments) == {
         "path": "a.py"
     }
-    assert call.id.startswith("call_") and given == [TOOLS]
+    assert call.id.startswith("call_") and engine.tools == [TOOLS]
 
 
 def test_a_streamed_call_is_assembled_by_the_client():
@@ -129,11 +130,27 @@ def test_without_a_call_the_answer_is_plain_content(stream):
 
 
 def test_tool_choice_none_gives_the_model_no_tools_and_parses_nothing():
-    reply, given = chat(CALL, stream=False, tools=TOOLS, tool_choice="none")
-    assert given == [None] and reply.choices[0].message.content == CALL
+    reply, engine = chat(CALL, stream=False, tools=TOOLS, tool_choice="none")
+    assert engine.tools == [None] and reply.choices[0].message.content == CALL
     assert reply.choices[0].finish_reason == "stop"
 
 
-def test_tool_choice_required_is_refused_until_the_output_can_be_constrained():
-    with pytest.raises(openai.BadRequestError, match="tool_choice"):
-        chat(CALL, stream=False, tools=TOOLS, tool_choice="required")
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "read_file"}}]
+)
+def test_required_and_named_choices_constrain_the_output_to_calls(choice):
+    pytest.importorskip("llguidance")
+    reply, engine = chat(CALL, stream=False, tools=TOOLS, tool_choice=choice)
+    (grammar,) = engine.grammars
+    assert engine.tools == [TOOLS] and grammar is not None and grammar.param == "tool_choice"
+    assert reply.choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_parallel_tool_calls_false_returns_the_first_call_only(stream):
+    second = CALL.replace("a.py", "b.py")
+    reply, _ = chat(CALL + "\n" + second, stream=stream, tools=TOOLS, parallel_tool_calls=False)
+    calls = assembled(reply)[1] if stream else reply.choices[0].message.tool_calls
+    assert len(calls) == 1
+    both, _ = chat(CALL + "\n" + second, stream=False, tools=TOOLS)
+    assert len(both.choices[0].message.tool_calls) == 2

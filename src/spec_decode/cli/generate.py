@@ -10,8 +10,10 @@ Generation stops at an end-of-generation token or after ``--max-new-tokens``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -43,6 +45,8 @@ from spec_decode.cli.options import (
     prompt_text,
 )
 from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
+from spec_decode.constraints.formats import output_grammar
+from spec_decode.core.processors import Penalties
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.completion import Completion, Piece
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig
@@ -76,6 +80,16 @@ def generate_command(
     backend: Backend = "auto",
     threads: Threads = None,
     device: Device = "cpu",
+    json_schema: Annotated[
+        Path | None,
+        typer.Option(help="Constrain the answer to a document of this JSON schema (a file)."),
+    ] = None,
+    frequency_penalty: Annotated[
+        float, typer.Option(help="Subtract this times a token's count so far from its logit.")
+    ] = 0.0,
+    presence_penalty: Annotated[
+        float, typer.Option(help="Subtract this from the logit of every token seen so far.")
+    ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generate text with exact speculative decoding on real models (llama.cpp or transformers)."""
@@ -88,11 +102,14 @@ def generate_command(
             device=device,
         )  # fmt: skip
         text = prompt_text(prompt)
+        penalties = Penalties(frequency_penalty, presence_penalty)
+        grammar = None if json_schema is None else output_grammar(answer=read_schema(json_schema))
         _prepare_packaged(config)
         engine = Engine.load(config)
         request = engine.prepare(
-            text, max_tokens=max_new_tokens, raw=raw, sampling=sampling, seed=seed
-        )
+            text, max_tokens=max_new_tokens, raw=raw, sampling=sampling, seed=seed,
+            penalties=penalties, grammar=grammar,
+        )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from error
@@ -117,6 +134,8 @@ def generate_command(
         "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p},
         "seed": seed,
         "rule": rule,
+        "penalties": {"frequency": frequency_penalty, "presence": presence_penalty},
+        "json_schema": None if json_schema is None else str(json_schema),
         "prompt_tokens": len(request.prompt),
         "load_seconds": {
             "target": engine.target.seconds,
@@ -134,6 +153,17 @@ def generate_command(
         return
     sys.stdout.write("\n")
     _print_summary(payload, runs)
+
+
+def read_schema(path: Path) -> dict[str, Any]:
+    """The JSON schema in the file ``path`` (a ``ValueError`` naming the file otherwise)."""
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--json-schema {path}: not a readable JSON file ({error})") from error
+    if not isinstance(schema, dict):
+        raise ValueError(f"--json-schema {path}: a schema is a JSON object")
+    return schema
 
 
 def _print_text(piece: Piece) -> None:

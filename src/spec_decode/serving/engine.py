@@ -18,6 +18,10 @@ Across requests the engine keeps two things, and neither may change what a reque
   consume, so a request with both a seed and a temperature above 0 does not read the history:
   its output is then a function of its own input and seed alone, as the same request run alone.
 
+A request's penalties, logit bias and grammar are processors (:mod:`spec_decode.core.processors`)
+wrapped around both models for that request alone: every row the target scores, drafted rows
+included, is processed with its own history, so the output stays target-only decoding's.
+
 One generation runs at a time (llama.cpp contexts are not thread-safe; :mod:`.worker`).
 """
 
@@ -39,6 +43,7 @@ from spec_decode.backends.loading import (
     check_pair,
 )
 from spec_decode.backends.prompts import SerializedTokenizer, encode_chat, encode_prompt
+from spec_decode.constraints.grammar import Grammar, GrammarMask, check_grammar, grammar_tokenizer
 from spec_decode.core.errors import BadPrompt, BadRequest
 from spec_decode.core.generate import (
     ONLY,
@@ -48,6 +53,7 @@ from spec_decode.core.generate import (
     target_step,
     tree_step,
 )
+from spec_decode.core.processors import LogitBias, Penalties, Processor, with_processors
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.drafting.auto import auto_planner, suffix_drafter
 from spec_decode.drafting.costs import CostCurve
@@ -83,6 +89,8 @@ class Engine:
     _suffix: dict[bool, SuffixDrafter] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _tokenizer: SerializedTokenizer = field(init=False, repr=False)
+    _grammar_tokenizer: Any = field(default=None, init=False, repr=False)
+    _grammar_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self._tokenizer = SerializedTokenizer(self.target.tokenizer)
@@ -152,10 +160,16 @@ class Engine:
         rule: str | None = None,
         target_only: bool = False,
         logprobs: int | None = None,
+        penalties: Penalties | None = None,
+        logit_bias: LogitBias | None = None,
+        grammar: Grammar | None = None,
     ) -> GenerationRequest:
         """A checked :class:`~spec_decode.serving.request.GenerationRequest` for ``prompt``:
         text (through the chat template as one user message unless ``raw``), chat messages (with
         the ``tools`` the model may call, OpenAI function definitions), or token ids.
+        ``penalties``, ``logit_bias`` and ``grammar`` shape every row the target gives
+        (:class:`~spec_decode.serving.request.GenerationRequest`); a grammar that does not
+        compile is refused here.
 
         ``max_tokens`` None asks for as many tokens as the context window leaves, at most
         ``limit``; more than ``limit`` is refused. Every refusal is a
@@ -171,12 +185,36 @@ class Engine:
                 f"max_tokens = {max_tokens} is above the limit of {limit} tokens a request",
                 "max_tokens",
             )
-        controls = sampling or SamplingParams()
+        if grammar is not None:
+            check_grammar(grammar, self.grammar_tokenizer)
         request = GenerationRequest(
-            tuple(ids), max_tokens, controls, seed, tuple(stop), rule, target_only, logprobs
-        )
+            tuple(ids), max_tokens, sampling or SamplingParams(), seed, tuple(stop), rule,
+            target_only, logprobs, penalties or Penalties(), logit_bias, grammar,
+        )  # fmt: skip
         self.validate(request)
         return request
+
+    @property
+    def grammar_tokenizer(self) -> Any:
+        """llguidance's tokenizer for the target, built on first use (a pass over the
+        vocabulary)."""
+        with self._grammar_lock:
+            if self._grammar_tokenizer is None:
+                model = self.target.model
+                self._grammar_tokenizer = grammar_tokenizer(
+                    self.tokenizer, model.vocab_size, self.target.stop_ids
+                )
+            return self._grammar_tokenizer
+
+    def _processed(self, model: Any, request: GenerationRequest) -> Any:
+        """``model`` with the request's processors, each row's history read from the end of
+        its prompt (``model`` itself when the request has none)."""
+        processors: list[Processor] = [request.penalties]
+        if request.logit_bias is not None:
+            processors.append(request.logit_bias)
+        if request.grammar is not None:
+            processors.append(GrammarMask(request.grammar, self.grammar_tokenizer))
+        return with_processors(model, processors, len(request.prompt))
 
     def _tokenize(
         self,
@@ -212,6 +250,8 @@ class Engine:
         for model in self.models:
             model.check_fits(len(request.prompt), request.max_tokens)
         self.target.model.check_ids(request.prompt)
+        if request.logit_bias is not None:
+            request.logit_bias.check_vocabulary(self.target.model.vocab_size)
         drafts_trees = self.config.tree is not None and not request.target_only
         if request.logprobs is not None and drafts_trees:
             raise BadRequest("logprobs are not reported under token trees (--tree)", "logprobs")
@@ -250,12 +290,14 @@ class Engine:
         # under the coupled rule the drafts (and so the history) never change the output
         reads_history = choice.coupled or sampling.temperature == 0 or seed is None
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
+        target = self._processed(self.target.model, request)
+        draft = self._processed(self.draft.model, request) if self.draft is not None else None
         recorder = None
         if request.logprobs is not None:
-            recorder = RowRecorder(self.target.model, request.logprobs)
+            recorder = RowRecorder(target, request.logprobs)
         with self._lock:
-            scorer = recorder or self.target.model
-            step = self._step(scorer, sampling, request.target_only, reads_history, choice)
+            scorer = recorder or target
+            step = self._step(scorer, draft, sampling, request.target_only, reads_history, choice)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
             cached = self._prepare_caches(ids)
 
@@ -316,17 +358,18 @@ class Engine:
     def _step(
         self,
         target: Any,
+        draft: Any,
         sampling: SamplingParams,
         target_only: bool,
         history: bool,
         choice: RuleChoice,
     ) -> StepFunction:
         """The step function of one request, scoring with ``target`` (the target model, or a
-        recorder around it): target-only, auto, a token tree or a chain."""
+        recorder around it) and drafting with ``draft`` (the draft model or None, both with the
+        request's processors): target-only, auto, a token tree or a chain."""
         config = self.config
         if target_only or config.draft == NO_DRAFT:
             return target_step(target, sampling)
-        draft = self.draft.model if self.draft is not None else None
         if config.uses_auto:
             assert self.costs is not None  # loaded with the curve
             model = choice.model_drafter(draft, sampling, config.confidence) if draft else None

@@ -7,30 +7,47 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The request fields of the OpenAI API (chat and text completions, as its client sends them):
+#: each is implemented by the schema, in :data:`NO_EFFECT`, or in a ``*_NOT_YET`` table.
+OPENAI_CHAT_FIELDS = frozenset(
+    {
+        "messages", "model", "audio", "frequency_penalty", "function_call", "functions",
+        "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata",
+        "modalities", "n", "parallel_tool_calls", "prediction", "presence_penalty",
+        "prompt_cache_key", "reasoning_effort", "response_format", "safety_identifier", "seed",
+        "service_tier", "stop", "store", "stream", "stream_options", "temperature",
+        "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
+        "web_search_options",
+    }
+)  # fmt: skip
+OPENAI_COMPLETION_FIELDS = frozenset(
+    {
+        "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
+        "max_tokens", "n", "presence_penalty", "seed", "stop", "stream", "stream_options",
+        "suffix", "temperature", "top_p", "user",
+    }
+)  # fmt: skip
 #: Fields accepted and not used. (``stream_options.include_usage``: the last event of a stream
-#: always carries the usage. ``parallel_tool_calls``: the calls come back as the model wrote them,
-#: so ``false`` does not cut a second call; the packaged model writes one call an answer.)
+#: always carries the usage; the others identify or route a request.)
 NO_EFFECT = frozenset(
-    {"user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls"}
-)
+    {
+        "user", "metadata", "store", "service_tier", "stream_options", "prompt_cache_key",
+        "safety_identifier",
+    }
+)  # fmt: skip
 #: Fields of the OpenAI API not implemented yet, with the values that leave the answer as it is:
 #: any other value is refused with a 400 naming the field.
-_NOT_YET = {
-    "frequency_penalty": (None, 0),
-    "presence_penalty": (None, 0),
-    "logit_bias": (None, {}),
-}
-CHAT_NOT_YET = _NOT_YET | {
+CHAT_NOT_YET = {
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
-    "response_format": (None, {"type": "text"}),
     "reasoning_effort": (None,),
+    "verbosity": (None,),
     "modalities": (None, ["text"]),
     "audio": (None,),
     "prediction": (None,),
     "web_search_options": (None,),
 }
-COMPLETION_NOT_YET = _NOT_YET | {
+COMPLETION_NOT_YET = {
     "echo": (None, False),
     "best_of": (None, 1),
     "suffix": (None, ""),

@@ -9,9 +9,10 @@ latest row at each position (a later row for a position, such as a near-tie sett
 replaces an earlier one), and :meth:`RowRecorder.take` turns the emitted tokens' rows into
 :class:`TokenLogprob` s.
 
-The log-probabilities are the target's raw distribution's (before temperature, top-k, top-p and
-min-p), as vLLM reports them by default; a token of probability 0 is given :data:`FLOOR`, as the
-OpenAI API does, since JSON has no minus infinity.
+The log-probabilities are those of the rows the request's processors gave (its penalties, logit
+bias and grammar: :mod:`spec_decode.core.processors`; the target's raw rows without them), before
+temperature, top-k, top-p and min-p, as vLLM reports its raw log-probabilities; a token of
+probability 0 is given :data:`FLOOR`, as the OpenAI API does, since JSON has no minus infinity.
 """
 
 from __future__ import annotations

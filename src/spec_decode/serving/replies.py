@@ -22,7 +22,8 @@ class Reply:
     """How one request's answer is written: its ``head`` (id, created, model), chat or text
     completion, with each step's token ids or not, with the model's tool calls parsed out of its
     text (``tools``: the names of the tools it may call; :mod:`~spec_decode.serving.tool_calls`)
-    or not, and with log-probabilities or not (``decode`` writes a token's text for them)."""
+    or not (``one_call``: the first call only, for ``parallel_tool_calls`` false), and with
+    log-probabilities or not (``decode`` writes a token's text for them)."""
 
     head: dict[str, Any]
     chat: bool
@@ -30,6 +31,7 @@ class Reply:
     tools: frozenset[str] | None = None
     logprobs: bool = False
     decode: Callable[..., str] | None = None
+    one_call: bool = False
 
     @classmethod
     def new(cls, model: str, chat: bool, **options: Any) -> Reply:
@@ -45,6 +47,7 @@ class Reply:
                 if self.tools is not None
                 else (completion.text, [])
             )
+            calls = self.kept(calls)
             message: dict[str, Any] = {"role": "assistant", "content": content or None}
             if calls:
                 message["tool_calls"] = [call.as_openai() for call in calls]
@@ -58,6 +61,10 @@ class Reply:
         if self.token_ids:
             choice["token_ids"] = completion.tokens
         return self.head | {"object": self._kind(), "choices": [choice], "usage": usage(completion)}
+
+    def kept(self, calls: list[ToolCall]) -> list[ToolCall]:
+        """The calls the client gets: the first alone under ``one_call``."""
+        return calls[:1] if self.one_call else calls
 
     def chunk(
         self,

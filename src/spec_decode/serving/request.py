@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spec_decode.constraints.grammar import Grammar
 from spec_decode.core.checks import whole_number
 from spec_decode.core.errors import BadPrompt, BadRequest
+from spec_decode.core.processors import LogitBias, Penalties
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
 
@@ -27,7 +29,9 @@ class GenerationRequest:
     ``seed`` None draws a fresh one; generation ends early once a ``stop`` string appears in the
     text (cut before it); ``rule`` None is the engine's configured rule; ``target_only`` decodes
     without drafting; ``logprobs`` None reports none, n >= 0 each token's log-probability with
-    the n most likely alternatives (:mod:`~spec_decode.serving.logprobs`).
+    the n most likely alternatives (:mod:`~spec_decode.serving.logprobs`). ``penalties``,
+    ``logit_bias`` and ``grammar`` reweight or mask every row the target gives, along the
+    drafted path too (:mod:`spec_decode.core.processors`).
     """
 
     prompt: tuple[int, ...]
@@ -38,6 +42,9 @@ class GenerationRequest:
     rule: str | None = None
     target_only: bool = False
     logprobs: int | None = None
+    penalties: Penalties = field(default_factory=Penalties)
+    logit_bias: LogitBias | None = None
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
         try:

@@ -97,6 +97,7 @@ async def respond(
     reply = Reply.new(
         state.settings.model_name, chat, token_ids=body.return_token_ids, tools=names,
         logprobs=wants_logprobs, decode=state.engine.tokenizer.decode if wants_logprobs else None,
+        one_call=getattr(body, "parallel_tool_calls", None) is False,
     )  # fmt: skip
     path = request.url.path
     if body.stream:
@@ -131,7 +132,8 @@ async def prepare(
             state.engine.prepare, prompt, max_tokens=body.requested_tokens(),
             limit=state.settings.max_tokens, raw=True, tools=tools, sampling=body.sampling(),
             seed=body.seed, stop=body.stop_strings(), rule=body.rule,
-            logprobs=body.requested_logprobs(),
+            logprobs=body.requested_logprobs(), penalties=body.penalties(),
+            logit_bias=body.bias(), grammar=body.output_grammar(),
         )  # fmt: skip
     except BadRequest as error:
         chat = isinstance(body, ChatRequest)
@@ -226,6 +228,7 @@ async def stream(
     made: list[ToolCall] = []
     if calls is not None:
         rest, made = calls.finish()
+        made = reply.kept(made)
         if rest or made:
             yield json.dumps(reply.chunk(rest, [], first, made, logprobs))
             logprobs = []

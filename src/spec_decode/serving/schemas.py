@@ -2,13 +2,14 @@
 for every other field a client may send, and the OpenAI-style error every refusal is reported with.
 
 Fields follow the OpenAI API (``temperature``, ``top_p``, ``max_tokens`` or
-``max_completion_tokens``, ``stop``, ``seed``, ``n``, ``stream``), plus ``top_k`` and ``min_p`` as
-llama-server and vLLM accept them (0 or -1 for ``top_k`` means off), vLLM's ``return_token_ids``
-and this server's ``rule``. No field a client sends is dropped without a word
-(:func:`check_fields`, with the tables of :mod:`~spec_decode.serving.fields`): a field that cannot
-change the answer is accepted and not used; one of the API this server does not implement yet is
-accepted only at the value that means "off" and refused with a 400 naming it otherwise; any other
-field is a 400 naming it.
+``max_completion_tokens``, ``stop``, ``seed``, ``n``, ``stream``, the penalties and
+``logit_bias``; for chat ``tools``, ``tool_choice``, ``parallel_tool_calls``, ``response_format``
+and ``logprobs``), plus ``top_k`` and ``min_p`` as llama-server and vLLM accept them (0 or -1 for
+``top_k`` means off), vLLM's ``return_token_ids`` and this server's ``rule``. No field a client
+sends is dropped without a word (:func:`check_fields`, with the tables of
+:mod:`~spec_decode.serving.fields`): a field that cannot change the answer is accepted and not
+used; one of the API this server does not implement yet is accepted only at the value that means
+"off" and refused with a 400 naming it otherwise; any other field is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from pydantic import (
     model_validator,
 )
 
+from spec_decode.constraints.formats import answer_schema, output_grammar
+from spec_decode.constraints.grammar import Grammar
+from spec_decode.core.processors import PROCESSOR_RANGES, LogitBias, Penalties
 from spec_decode.core.sampling import SAMPLING_RANGES, SamplingParams
 from spec_decode.serving.fields import CHAT_NOT_YET, COMPLETION_NOT_YET, NO_EFFECT, is_off
 from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
@@ -168,6 +172,48 @@ class Tool(BaseModel):
     function: Function
 
 
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+
+
+class NamedChoice(BaseModel):
+    """``tool_choice`` naming one function: ``{"type": "function", "function": {"name": ...}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: ChosenFunction
+
+
+class JSONSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the answer must match (``strict`` or not,
+    the answer is constrained to it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``response_format``: text, any JSON object, or a JSON schema's documents."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_when_asked(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema goes with type json_schema, and only with it")
+        return self
+
+
 class SamplingFields(BaseModel):
     """What chat and text completions share: the model, sampling controls, limits, stop."""
 
@@ -187,11 +233,29 @@ class SamplingFields(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     return_token_ids: bool = False
+    frequency_penalty: FiniteFloat = 0.0
+    presence_penalty: FiniteFloat = 0.0
+    #: Token id (as a string, JSON keys being strings) -> the bias added to its logit.
+    logit_bias: dict[str, FiniteFloat] | None = None
 
     @field_validator("temperature", "top_p", "min_p")
     @classmethod
     def _in_range(cls, value: float, info: ValidationInfo) -> float:
         return SAMPLING_RANGES[info.field_name].check(info.field_name, value)
+
+    @field_validator("frequency_penalty", "presence_penalty")
+    @classmethod
+    def _penalty_in_range(cls, value: float, info: ValidationInfo) -> float:
+        return PROCESSOR_RANGES[info.field_name].check(info.field_name, value)
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (value or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
+            PROCESSOR_RANGES["logit_bias"].check("logit_bias", bias)
+        return value
 
     @field_validator("top_k")
     @classmethod
@@ -219,6 +283,19 @@ class SamplingFields(BaseModel):
         """The sampling controls (temperature 0: greedy)."""
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
 
+    def penalties(self) -> Penalties:
+        return Penalties(self.frequency_penalty, self.presence_penalty)
+
+    def bias(self) -> LogitBias | None:
+        """The logit bias by token id, or None when none is given."""
+        return (
+            LogitBias({int(k): v for k, v in self.logit_bias.items()}) if self.logit_bias else None
+        )
+
+    def output_grammar(self) -> Grammar | None:
+        """The grammar the output must follow (None: free text)."""
+        return None
+
     def stop_strings(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
@@ -233,14 +310,20 @@ class SamplingFields(BaseModel):
 
 class ChatRequest(SamplingFields):
     """``POST /v1/chat/completions``. ``tools`` are rendered through the model's chat template and
-    its calls parsed back (:mod:`~spec_decode.serving.tool_calls`) under ``tool_choice`` "auto"
-    (the default with tools); "none" leaves the tools out. "required" and a named function would
-    need the output constrained to the functions' schemas, which is not implemented yet."""
+    its calls parsed back (:mod:`~spec_decode.serving.tool_calls`). Under ``tool_choice`` "auto"
+    (the default with tools) the model may call them or answer; "none" leaves them out;
+    "required" and a named function constrain the output to calls whose arguments match the
+    functions' parameters. ``response_format`` json_object or json_schema constrains the answer
+    (with tools under "auto": a call or the formatted answer). ``parallel_tool_calls`` false
+    allows one call (the grammar has room for one; an unconstrained answer's later calls are
+    not returned)."""
 
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[Tool] | None = None
-    tool_choice: Any = None
+    tool_choice: Literal["none", "auto", "required"] | NamedChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
@@ -256,13 +339,27 @@ class ChatRequest(SamplingFields):
 
     @field_validator("tool_choice")
     @classmethod
-    def _tool_choice(cls, value: Any) -> Any:
-        if value not in (None, "none", "auto"):
-            raise UnsupportedField(
-                "only none and auto are supported yet (required and a named function need the "
-                "output constrained to the functions' schemas)"
-            )
-        return value
+    def _choice_among_the_tools(cls, choice: Any, info: ValidationInfo) -> Any:
+        names = {tool.function.name for tool in info.data.get("tools") or []}
+        if isinstance(choice, NamedChoice) and choice.function.name not in names:
+            raise ValueError(f"tool_choice names {choice.function.name!r}, not a given tool")
+        if choice == "required" and not names:
+            raise ValueError("tool_choice required needs tools")
+        return choice
+
+    def output_grammar(self) -> Grammar | None:
+        formats = self.response_format
+        answer = answer_schema(formats.model_dump(by_alias=True) if formats else None)
+        functions = [tool.function.model_dump(exclude_none=True) for tool in self.tools or []]
+        if self.tool_choice == "none":
+            functions = []
+        if isinstance(self.tool_choice, NamedChoice):
+            functions = [f for f in functions if f["name"] == self.tool_choice.function.name]
+        calls_only = self.tool_choice == "required" or isinstance(self.tool_choice, NamedChoice)
+        parallel = self.parallel_tool_calls is not False
+        return output_grammar(
+            answer=answer, functions=functions, calls_only=calls_only, parallel=parallel
+        )
 
     def tool_definitions(self) -> list[dict[str, Any]] | None:
         """The tools as the chat template reads them, or None when the model is given none

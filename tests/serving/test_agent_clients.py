@@ -1,0 +1,73 @@
+"""Agent clients against ``spec-decode serve`` as a subprocess (tiny GGUF pair over a vocabulary
+that can write JSON): an ``openai-agents`` agent whose model must call its function tool, runs
+it and finishes; ``instructor`` extracts a pydantic model through tool calls and through a JSON
+schema. The tiny model is random: what is tested is that these clients' requests are honoured
+(the calls and answers parse and validate), not what a model would choose."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pydantic = pytest.importorskip("pydantic")
+pytest.importorskip("fastapi")
+pytest.importorskip("llguidance")
+
+from servers import MODEL, Server  # noqa: E402
+
+
+class Pick(pydantic.BaseModel):
+    pick: Literal["abc", "de"]
+    again: bool
+
+
+@pytest.fixture(scope="module")
+def server(json_pair):
+    running = Server(json_pair, "--max-tokens", "160")
+    yield running
+    assert running.stop() == 0, "".join(running.lines)
+
+
+def test_an_openai_agents_agent_calls_its_tool_and_finishes(server, no_whitespace):
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    read: list[str] = []
+
+    @agents.function_tool
+    def read_file(path: Literal["a", "b"]) -> str:
+        """Read a file."""
+        read.append(path)
+        return "abc"
+
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+    agent = agents.Agent(
+        name="reader",
+        instructions="read a",
+        tools=[read_file],
+        model=agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+        model_settings=agents.ModelSettings(
+            tool_choice="required",
+            max_tokens=100,  # a call of about 70 tokens (letters, one a token)
+            temperature=0,
+            extra_body={"logit_bias": no_whitespace},
+        ),
+    )  # after a call the SDK resets tool_choice to auto, so the next turn may answer
+    result = agents.Runner.run_sync(agent, "read a", max_turns=4)
+    assert read and read[0] in ("a", "b")
+    assert isinstance(result.final_output, str)
+
+
+@pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
+def test_instructor_extracts_a_valid_model(server, no_whitespace, mode):
+    instructor = pytest.importorskip("instructor")
+    client = instructor.from_openai(
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0),
+        mode=getattr(instructor.Mode, mode),
+    )
+    pick = client.chat.completions.create(
+        model=MODEL, response_model=Pick, max_retries=0, max_tokens=120, temperature=0,
+        logit_bias=no_whitespace, messages=[{"role": "user", "content": "pick one"}],
+    )  # fmt: skip
+    assert isinstance(pick, Pick)
