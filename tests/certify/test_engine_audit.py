@@ -28,7 +28,7 @@ def test_the_exact_joint_is_the_product_of_the_plain_rows():
         assert mass == pytest.approx(first[a] * engine.target_probs([0, a], WARPED)[b])
 
 
-@pytest.mark.parametrize("name", ["ours", *(f"control:{c}" for c in CONTROLS)])
+@pytest.mark.parametrize("name", ["ours", "ours:penalties", *(f"control:{c}" for c in CONTROLS)])
 def test_exact_engines_pass(name):
     report = audit_engine(ENGINES[name](), samples=SAMPLES, sampling=WARPED)
     assert report.verdict == "PASS" and report.problem is None

@@ -11,10 +11,18 @@ wrong (the bugs show under warped sampling, e.g. temperature 0.7 and top-k 3):
   distribution as q (HF PR #30778, #32867);
 * ``stale-cache``: after a rejection, the next step's target and draft read a context that still
   ends with the rejected draft (a KV cache not rolled back);
+* ``committed-penalty``: this project's loop under frequency and presence penalties, but each
+  verified row's penalty counted from the committed tokens only (vLLM #22987);
+* ``batch-variant``: this project's loop on a target whose drafted blocks score rows a little
+  off its one-token rows (llama.cpp's batch variance, :mod:`~spec_decode.certify.zoo.targets`);
 
 and one exact control, ``control:no-bonus`` (after K acceptances no bonus token is drawn and
 the next step starts afresh: slower, not wrong, since every emitted token is still a sample of
 the target given what came before), which must PASS: the audit flags bias, not inefficiency.
+``ours:penalties`` is this project's loop under the same penalties done right (every row
+counted with the drafts before it): it must PASS. Penalties here count the whole context, the
+prompt too (as a repetition penalty does), since an adapter's ``target_probs`` is given a
+context, not where its prompt ends.
 
 ``ENGINES`` maps each name to a factory; ``spec-decode audit-engine NAME`` audits one, and
 ``module:factory`` any object with the three methods of
@@ -28,13 +36,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec_decode.core.models import MarkovModel, draft_from_target, random_markov
+from spec_decode.certify.zoo.processors import CommittedPrefixOnly
+from spec_decode.certify.zoo.targets import BatchVariant
+from spec_decode.core.models import MarkovModel, Model, draft_from_target, random_markov
+from spec_decode.core.processors import Penalties, ProcessedModel
 from spec_decode.core.rules import residual
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.drafting.speculative import generate_speculative
 
 #: The toy pair every built-in engine runs: 6 tokens, order 1, a draft that agrees 60 %.
 VOCAB, K = 6, 3
+#: The penalties of ``ours:penalties`` and ``zoo:committed-penalty``.
+PENALTIES = Penalties(frequency=0.8, presence=0.4)
 
 
 def toy_pair() -> tuple[MarkovModel, MarkovModel]:
@@ -44,28 +57,43 @@ def toy_pair() -> tuple[MarkovModel, MarkovModel]:
 
 @dataclass
 class ToyEngine:
-    """An engine on the toy pair; ``bug`` None runs this project's ``generate_speculative``,
-    a zoo name runs :func:`speculative_loop` with that bug."""
+    """An engine on the toy pair; ``bug`` None runs this project's ``generate_speculative``
+    (under :data:`PENALTIES` when ``penalized``), a bug of :data:`TARGET_BUGS` runs it on a
+    broken target, any other zoo name runs :func:`speculative_loop` with that bug."""
 
     bug: str | None = None
+    penalized: bool = False
 
     def __post_init__(self) -> None:
         self.target, self.draft = toy_pair()
         self.vocab_size = self.target.vocab_size
+        self.penalized = self.penalized or self.bug == "committed-penalty"
 
     def target_probs(self, prefix: Sequence[int], sampling: SamplingParams) -> np.ndarray:
-        return sampling.warp(self.target.next_dist(prefix))
+        return sampling.warp(self._reference().next_dist(prefix))
 
     def generate(
         self, prefix: Sequence[int], n_tokens: int, sampling: SamplingParams, seed: int
     ) -> list[int]:
         rng = np.random.default_rng(seed)
-        if self.bug is None:
-            trace = generate_speculative(
-                self.target, self.draft, prefix, n_tokens, K, rng, sampling=sampling
-            )
+        if self.bug is None or self.bug in TARGET_BUGS:
+            target, draft = self._verified(), self._reference(self.draft)
+            trace = generate_speculative(target, draft, prefix, n_tokens, K, rng, sampling=sampling)
             return trace.tokens
         return speculative_loop(self.target, self.draft, prefix, n_tokens, rng, sampling, self.bug)
+
+    def _reference(self, model: Model | None = None) -> Model:
+        """The target (or ``model``) as plain decoding reads it: penalized when asked."""
+        model = model or self.target
+        return ProcessedModel(model, [PENALTIES], start=0) if self.penalized else model
+
+    def _verified(self) -> Model:
+        """The target as the speculative loop reads it: right, or with the target's bug."""
+        if self.bug == "committed-penalty":
+            return CommittedPrefixOnly(self.target, [PENALTIES], start=0)
+        if self.bug == "batch-variant":
+            return BatchVariant(self.target)
+        return self._reference()
 
 
 def speculative_loop(
@@ -109,8 +137,10 @@ def speculative_loop(
     return emitted[:n_tokens]
 
 
-#: The zoo's bugs (each must FAIL) and the exact control (must PASS).
-BUGS = ("raw-q", "greedy-draft", "stale-cache")
+#: The zoo's bugs (each must FAIL) and the exact control (must PASS); the bugs of the target
+#: run this project's own loop.
+TARGET_BUGS = ("committed-penalty", "batch-variant")
+BUGS = ("raw-q", "greedy-draft", "stale-cache", *TARGET_BUGS)
 CONTROLS = ("no-bonus",)
 
 
@@ -127,6 +157,7 @@ def _hf(mode: str) -> Callable[[], object]:
 #: generation, :mod:`~spec_decode.certify.engines_hf`).
 ENGINES: dict[str, Callable[[], object]] = {
     "ours": ToyEngine,
+    "ours:penalties": lambda: ToyEngine(penalized=True),
     **{f"zoo:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in BUGS},
     **{f"control:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in CONTROLS},
     **{f"hf:{mode}": _hf(mode) for mode in ("assisted", "prompt-lookup", "plain")},

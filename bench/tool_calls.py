@@ -1,0 +1,151 @@
+"""Constrained outputs at volume on the packaged pair: do required tool calls and json_schema
+answers always parse and validate?
+
+Requests (speculative, auto, greedy; token identity with target-only decoding is
+bench/constrained.py's): HumanEval code-edit and MT-bench prompts with ``read_file`` and
+``run_tests`` tools under ``tool_choice`` "required", and MT-bench prompts under a
+``response_format`` JSON schema; every call's arguments and every answer checked with
+``jsonschema`` against its schema. An answer cut by the token limit is counted apart: the
+grammar cannot shorten what the model writes. Run alone:
+
+    python bench/tool_calls.py [--calls 50] [--answers 20] [--max-tokens 96]
+
+Writes bench/results/tool_calls.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import jsonschema
+from _common import machine, write_results
+from prompt_sets import code_edit, mtbench
+
+from spec_decode.constraints.formats import output_grammar
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.serving.config import EngineConfig
+from spec_decode.serving.engine import Engine
+from spec_decode.serving.tool_calls import split_tool_calls
+
+PATH = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+TOOLS = [
+    {"name": "read_file", "description": "Read a file of the repository.", "parameters": PATH},
+    {"name": "run_tests", "description": "Run the tests in a file.", "parameters": PATH},
+]
+ANSWER = {
+    "type": "object",
+    "properties": {
+        "answer": {"type": "string", "maxLength": 200},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+    "required": ["answer", "confidence"],
+    "additionalProperties": False,
+}
+
+
+def checked_calls(text: str) -> tuple[bool, bool]:
+    """(parsed: the answer is nothing but calls, valid: each names a tool and its arguments
+    validate against the tool's parameters)."""
+    content, calls = split_tool_calls(text, {tool["name"] for tool in TOOLS})
+    if not calls or content.strip():
+        return False, False
+    schemas = {tool["name"]: tool["parameters"] for tool in TOOLS}
+    try:
+        for call in calls:
+            jsonschema.validate(json.loads(call.arguments), schemas[call.name])
+    except (KeyError, jsonschema.ValidationError):
+        return True, False
+    return True, True
+
+
+def checked_answer(text: str) -> tuple[bool, bool]:
+    """(parsed as JSON, valid against :data:`ANSWER`)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return False, False
+    try:
+        jsonschema.validate(value, ANSWER)
+    except jsonschema.ValidationError:
+        return True, False
+    return True, True
+
+
+def requests(calls: int, answers: int) -> list[dict[str, Any]]:
+    edits, chats = code_edit(calls - calls // 2, 0), mtbench(calls // 2 + answers, 1)
+    out = []
+    for prompt in edits:
+        text = prompt.text + "\n\nThe code is in solution.py; look at it or test it first."
+        out.append({"kind": "required call", "name": prompt.source_id, "text": text})
+    for prompt in chats[: calls // 2]:
+        out.append({"kind": "required call", "name": prompt.source_id, "text": prompt.text})
+    for prompt in chats[calls // 2 :]:
+        out.append({"kind": "json_schema answer", "name": prompt.source_id, "text": prompt.text})
+    return out
+
+
+def run(engine: Engine, request: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    calls = request["kind"] == "required call"
+    if calls:
+        grammar = output_grammar(functions=TOOLS, calls_only=True)
+    else:
+        grammar = output_grammar(answer=ANSWER)
+    tools = [{"type": "function", "function": tool} for tool in TOOLS] if calls else None
+    prepared = engine.prepare(
+        [{"role": "user", "content": request["text"]}], max_tokens=max_tokens, tools=tools,
+        sampling=SamplingParams(0.0), grammar=grammar,
+    )  # fmt: skip
+    completion = engine.generate(prepared)
+    parsed, valid = (checked_calls if calls else checked_answer)(completion.text)
+    return {
+        **request,
+        "tokens": len(completion.tokens),
+        "seconds": completion.seconds,
+        "finish_reason": completion.finish_reason,
+        "parsed": parsed,
+        "valid": valid,
+        "output": completion.text,
+    }
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "# Constrained outputs at volume (packaged pair, greedy, speculative)",
+        "",
+        f"{results['machine']['cpu']}, {results['machine']['cores']} cores; "
+        f"{results['max_tokens']} tokens at most.",
+        "",
+        "| requests | n | finished | parsed (finished) | valid (finished) | cut by the limit |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in ("required call", "json_schema answer"):
+        rows = [r for r in results["runs"] if r["kind"] == kind]
+        done = [r for r in rows if r["finish_reason"] != "length"]
+        lines.append(
+            f"| {kind} | {len(rows)} | {len(done)} | {sum(r['parsed'] for r in done)} | "
+            f"{sum(r['valid'] for r in done)} | {len(rows) - len(done)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--answers", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    args = parser.parse_args()
+    engine = Engine.load(EngineConfig())
+    engine.warm_up()
+    runs = []
+    for request in requests(args.calls, args.answers):
+        runs.append(run(engine, request, args.max_tokens))
+        last = runs[-1]
+        print(last["kind"], last["name"], last["finish_reason"], last["parsed"], last["valid"])
+    results = {"machine": machine(), "max_tokens": args.max_tokens, "runs": runs}
+    write_results("tool_calls", results, markdown)
+
+
+if __name__ == "__main__":
+    main()
