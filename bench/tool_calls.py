@@ -110,6 +110,21 @@ def run(engine: Engine, request: dict[str, Any], max_tokens: int) -> dict[str, A
     }
 
 
+def complete_calls(text: str) -> tuple[int, int]:
+    """(complete calls in ``text``, those whose arguments validate): a cut answer's finished
+    calls count too."""
+    schemas = {tool["name"]: tool["parameters"] for tool in TOOLS}
+    calls = split_tool_calls(text, set(schemas))[1]
+    valid = 0
+    for call in calls:
+        try:
+            jsonschema.validate(json.loads(call.arguments), schemas[call.name])
+            valid += 1
+        except (KeyError, jsonschema.ValidationError):
+            continue
+    return len(calls), valid
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Constrained outputs at volume (packaged pair, greedy, speculative)",
@@ -127,6 +142,13 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {kind} | {len(rows)} | {len(done)} | {sum(r['parsed'] for r in done)} | "
             f"{sum(r['valid'] for r in done)} | {len(rows) - len(done)} |"
         )
+    counted = [complete_calls(r["output"]) for r in results["runs"] if r["kind"] == "required call"]
+    lines += [
+        "",
+        f"Required calls, every answer counted (cut ones too): {sum(n > 0 for n, _ in counted)} "
+        f"of {len(counted)} answers hold at least one complete call; "
+        f"{sum(v for _, v in counted)} of {sum(n for n, _ in counted)} complete calls validate.",
+    ]
     return "\n".join(lines) + "\n"
 
 
