@@ -28,8 +28,6 @@ import pytest
 pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
 
-from tiny_gguf import close_writer, llama_writer  # noqa: E402
-
 from spec_decode import SamplingParams, generate_autoregressive  # noqa: E402
 from spec_decode.backends.llamacpp import LlamaCppModel  # noqa: E402
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches  # noqa: E402
@@ -41,6 +39,7 @@ from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
 )
 from spec_decode.backends.llamacpp.library import own_library_folder  # noqa: E402
 from spec_decode.certify.identity import identity_certificate, target_only_run  # noqa: E402
+from spec_decode.certify.tiny_gguf import close_writer, llama_writer  # noqa: E402
 from spec_decode.core.coupled import coupled_rule  # noqa: E402
 from spec_decode.drafting.speculative import generate_speculative  # noqa: E402
 

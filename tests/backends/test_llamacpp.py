@@ -19,7 +19,6 @@ pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
 
 from kv_cache_contract import check_draft_cache, check_target_cache, fed  # noqa: E402
-from tiny_gguf import CONTEXT, TOKENS, perturbed, tiny_weights, write_gguf  # noqa: E402
 
 from spec_decode import (  # noqa: E402
     ModelDrafter,
@@ -37,6 +36,7 @@ from spec_decode.backends.llamacpp import (  # noqa: E402
     probabilities,
 )
 from spec_decode.backends.llamacpp.kernels import patched_exact_rows  # noqa: E402
+from spec_decode.certify.tiny_gguf import CONTEXT, TOKENS, perturbed, tiny_weights, write_gguf  # noqa: E402
 
 VOCAB = len(TOKENS)
 #: Beyond ``exact_block_size``: on a build with llamafile (the default wheel) the float32 block

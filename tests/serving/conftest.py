@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
-from tiny_gguf import TOKENS, perturbed, tiny_weights, write_gguf
+from spec_decode.certify.tiny_gguf import TOKENS, perturbed, tiny_weights, write_gguf
 
 #: Unknown, BOS, EOS, the word boundary and the 26 letters: text prompts tokenize letter by letter.
 VOCABULARY = [*TOKENS[:4], *(chr(c) for c in range(ord("a"), ord("z") + 1))]

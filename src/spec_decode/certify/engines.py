@@ -153,12 +153,23 @@ def _hf(mode: str) -> Callable[[], object]:
     return make
 
 
+def _llama_cpp_python(mode: str) -> Callable[[], object]:
+    def make() -> object:
+        from spec_decode.certify.engines_llamacpp import LlamaCppPythonEngine  # the llama extra
+
+        return LlamaCppPythonEngine(mode)
+
+    return make
+
+
 #: name -> factory of each built-in engine (the ``hf:`` ones are transformers' own
-#: generation, :mod:`~spec_decode.certify.engines_hf`).
+#: generation, :mod:`~spec_decode.certify.engines_hf`; the ``llama-cpp-python:`` ones
+#: llama-cpp-python's, :mod:`~spec_decode.certify.engines_llamacpp`).
 ENGINES: dict[str, Callable[[], object]] = {
     "ours": ToyEngine,
     "ours:penalties": lambda: ToyEngine(penalized=True),
     **{f"zoo:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in BUGS},
     **{f"control:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in CONTROLS},
     **{f"hf:{mode}": _hf(mode) for mode in ("assisted", "prompt-lookup", "plain")},
+    **{f"llama-cpp-python:{mode}": _llama_cpp_python(mode) for mode in ("prompt-lookup", "plain")},
 }

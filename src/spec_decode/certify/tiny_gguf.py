@@ -1,5 +1,6 @@
-"""Tiny random Llama-architecture GGUF files, written with ``gguf.GGUFWriter`` in the test
-session (no download, no conversion): for the llama.cpp backend tests and the server tests.
+"""Tiny random Llama-architecture GGUF files, written with ``gguf.GGUFWriter`` (no download, no
+conversion; the ``gguf`` package of the ``hf`` extra): for the llama.cpp engines the auditor
+runs (:mod:`~spec_decode.certify.engines_llamacpp`), the backend tests and the server tests.
 
 The models have 2 layers of width 32 and a SentencePiece ("llama") vocabulary; weights are
 float32, or Q4_0 (``quantized``), which takes the same repacked CPU kernels as the packaged Q4
