@@ -6,9 +6,13 @@ bench/constrained.py's): HumanEval code-edit and MT-bench prompts with ``read_fi
 ``run_tests`` tools under ``tool_choice`` "required", and MT-bench prompts under a
 ``response_format`` JSON schema; every call's arguments and every answer checked with
 ``jsonschema`` against its schema. An answer cut by the token limit is counted apart: the
-grammar cannot shorten what the model writes. Run alone:
+grammar cannot shorten what the model writes. With ``--llama-server PATH`` the same call
+prompts also go out under ``tool_choice`` "auto" (the model may call or answer) to ours and to
+llama-server ``--jinja`` (same GGUF, its own tool-call parser), and the answers that come back
+as valid calls are counted for each. Run alone:
 
-    python bench/tool_calls.py [--calls 50] [--answers 20] [--max-tokens 96]
+    python bench/tool_calls.py [--calls 50] [--answers 20] [--max-tokens 96] \
+        [--llama-server PATH/build/bin/llama-server]
 
 Writes bench/results/tool_calls.json and .md.
 """
@@ -17,12 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import jsonschema
-from _common import machine, write_results
+from _common import RESULTS, machine, write_results
+from _servers import Server
 from prompt_sets import code_edit, mtbench
 
+from spec_decode.backends import assembly, registry
 from spec_decode.constraints.formats import output_grammar
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
@@ -125,6 +134,54 @@ def complete_calls(text: str) -> tuple[int, int]:
     return len(calls), valid
 
 
+def auto_calls(engine: Engine, request: dict[str, Any], max_tokens: int) -> int:
+    """Valid calls in our answer to a call prompt under ``tool_choice`` "auto" (no grammar:
+    the calls the server parses out of the model's text)."""
+    tools = [{"type": "function", "function": tool} for tool in TOOLS]
+    prepared = engine.prepare(
+        [{"role": "user", "content": request["text"]}], max_tokens=max_tokens, tools=tools,
+        sampling=SamplingParams(0.0),
+    )  # fmt: skip
+    return complete_calls(engine.generate(prepared).text)[1]
+
+
+def llama_server_auto_calls(
+    binary: Path, requests: list[dict[str, Any]], max_tokens: int
+) -> list[int]:
+    """Valid calls in llama-server's (``--jinja``) answer to each call prompt under "auto"."""
+    target = assembly.gguf_file(registry.DEFAULT_TARGET)
+    log = Path(tempfile.mkdtemp(prefix="tool-calls-")) / "llama-server.log"
+    command = [str(binary), "-m", str(target), "-t", "2", "-c", "4096", "--jinja", "-np", "1"]
+    server = Server([*command, "--host", "127.0.0.1", "--port", "8097", "--no-webui"], 8097,
+                    log, dict(os.environ))  # fmt: skip
+    server.start()
+    try:
+        client, model = server.client()
+        counts = []
+        for request in requests:
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": request["text"]}],
+                tools=[{"type": "function", "function": tool} for tool in TOOLS],
+                max_tokens=max_tokens, temperature=0.0,
+            )  # fmt: skip
+            counts.append(
+                sum(valid_arguments(call) for call in reply.choices[0].message.tool_calls or [])
+            )
+        return counts
+    finally:
+        server.stop()
+
+
+def valid_arguments(call: Any) -> bool:
+    """Whether an OpenAI-client tool call names a tool and its arguments validate."""
+    schemas = {tool["name"]: tool["parameters"] for tool in TOOLS}
+    try:
+        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+    except (KeyError, json.JSONDecodeError, jsonschema.ValidationError):
+        return False
+    return True
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Constrained outputs at volume (packaged pair, greedy, speculative)",
@@ -149,6 +206,19 @@ def markdown(results: dict[str, Any]) -> str:
         f"of {len(counted)} answers hold at least one complete call; "
         f"{sum(v for _, v in counted)} of {sum(n for n, _ in counted)} complete calls validate.",
     ]
+    if "auto" in results:
+        auto = results["auto"]
+        lines += [
+            "",
+            "Under `tool_choice: auto` (the same call prompts, no grammar):",
+            "",
+            "| server | answers with a valid call | valid calls |",
+            "|---|---|---|",
+        ]
+        for name, counts in auto.items():
+            lines.append(
+                f"| {name} | {sum(c > 0 for c in counts)} of {len(counts)} | {sum(counts)} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -157,15 +227,28 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--answers", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--llama-server", type=Path, help="also compare tool_choice auto")
+    parser.add_argument(
+        "--auto-only", action="store_true", help="add the auto comparison to the saved results"
+    )
     args = parser.parse_args()
     engine = Engine.load(EngineConfig())
     engine.warm_up()
-    runs = []
-    for request in requests(args.calls, args.answers):
-        runs.append(run(engine, request, args.max_tokens))
-        last = runs[-1]
-        print(last["kind"], last["name"], last["finish_reason"], last["parsed"], last["valid"])
-    results = {"machine": machine(), "max_tokens": args.max_tokens, "runs": runs}
+    if args.auto_only:
+        results = json.loads((RESULTS / "tool_calls.json").read_text())
+    else:
+        runs = []
+        for request in requests(args.calls, args.answers):
+            runs.append(run(engine, request, args.max_tokens))
+            last = runs[-1]
+            print(last["kind"], last["name"], last["finish_reason"], last["parsed"], last["valid"])
+        results = {"machine": machine(), "max_tokens": args.max_tokens, "runs": runs}
+    if args.llama_server is not None:
+        calls = [r for r in requests(args.calls, args.answers) if r["kind"] == "required call"]
+        ours = [auto_calls(engine, request, args.max_tokens) for request in calls]
+        engine.forget()
+        theirs = llama_server_auto_calls(args.llama_server, calls, args.max_tokens)
+        results["auto"] = {"spec-decode serve": ours, "llama-server --jinja": theirs}
     write_results("tool_calls", results, markdown)
 
 

