@@ -54,19 +54,23 @@ ANSWER = {
 }
 
 
+def validates(name: str, arguments: str) -> bool:
+    """Whether a call names one of :data:`TOOLS` and its arguments match its parameters."""
+    schemas = {tool["name"]: tool["parameters"] for tool in TOOLS}
+    try:
+        jsonschema.validate(json.loads(arguments), schemas[name])
+    except (KeyError, json.JSONDecodeError, jsonschema.ValidationError):
+        return False
+    return True
+
+
 def checked_calls(text: str) -> tuple[bool, bool]:
     """(parsed: the answer is nothing but calls, valid: each names a tool and its arguments
     validate against the tool's parameters)."""
     content, calls = split_tool_calls(text, {tool["name"] for tool in TOOLS})
     if not calls or content.strip():
         return False, False
-    schemas = {tool["name"]: tool["parameters"] for tool in TOOLS}
-    try:
-        for call in calls:
-            jsonschema.validate(json.loads(call.arguments), schemas[call.name])
-    except (KeyError, jsonschema.ValidationError):
-        return True, False
-    return True, True
+    return True, all(validates(call.name, call.arguments) for call in calls)
 
 
 def checked_answer(text: str) -> tuple[bool, bool]:
@@ -122,16 +126,8 @@ def run(engine: Engine, request: dict[str, Any], max_tokens: int) -> dict[str, A
 def complete_calls(text: str) -> tuple[int, int]:
     """(complete calls in ``text``, those whose arguments validate): a cut answer's finished
     calls count too."""
-    schemas = {tool["name"]: tool["parameters"] for tool in TOOLS}
-    calls = split_tool_calls(text, set(schemas))[1]
-    valid = 0
-    for call in calls:
-        try:
-            jsonschema.validate(json.loads(call.arguments), schemas[call.name])
-            valid += 1
-        except (KeyError, jsonschema.ValidationError):
-            continue
-    return len(calls), valid
+    calls = split_tool_calls(text, {tool["name"] for tool in TOOLS})[1]
+    return len(calls), sum(validates(call.name, call.arguments) for call in calls)
 
 
 def auto_calls(engine: Engine, request: dict[str, Any], max_tokens: int) -> int:
@@ -165,21 +161,14 @@ def llama_server_auto_calls(
                 max_tokens=max_tokens, temperature=0.0,
             )  # fmt: skip
             counts.append(
-                sum(valid_arguments(call) for call in reply.choices[0].message.tool_calls or [])
+                sum(
+                    validates(call.function.name, call.function.arguments)
+                    for call in reply.choices[0].message.tool_calls or []
+                )
             )
         return counts
     finally:
         server.stop()
-
-
-def valid_arguments(call: Any) -> bool:
-    """Whether an OpenAI-client tool call names a tool and its arguments validate."""
-    schemas = {tool["name"]: tool["parameters"] for tool in TOOLS}
-    try:
-        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
-    except (KeyError, json.JSONDecodeError, jsonschema.ValidationError):
-        return False
-    return True
 
 
 def markdown(results: dict[str, Any]) -> str:

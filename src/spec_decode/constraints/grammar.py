@@ -124,7 +124,6 @@ class GrammarMask:
         self._read: list[int] = []  # the tokens the matcher has consumed, in order
         self._bits = np.zeros((tokenizer.vocab_size + 31) // 32, dtype=np.int32)
         self._stops = list(tokenizer.eos_tokens)
-        self.vocab_size = int(tokenizer.vocab_size)
 
     def process(
         self, done: Sequence[int], paths: Sequence[Sequence[int]], rows: np.ndarray
@@ -137,11 +136,11 @@ class GrammarMask:
     def _reach(self, history: list[int]) -> bool:
         """Bring the matcher to the state after ``history``: roll back to the longest prefix it
         shares with what was read, then read the rest. False if the grammar refuses a token."""
-        shared = 0
-        for read, wanted in zip(self._read, history, strict=False):
-            if read != wanted:
-                break
-            shared += 1
+        shared = min(len(self._read), len(history))
+        if self._read[:shared] != history[:shared]:  # one comparison in C in the common case
+            shared = next(
+                i for i, (a, b) in enumerate(zip(self._read, history, strict=False)) if a != b
+            )
         if shared < len(self._read):
             self._matcher.rollback(len(self._read) - shared)
             del self._read[shared:]

@@ -180,7 +180,6 @@ class ProcessedModel:
     changes a token's logit by the same amount in a block row and in the one-token row.
     """
 
-    _WRAPPED = frozenset({"score_tree", "exact_dist"})
     _HIDDEN = frozenset({"top_tokens"})
 
     def __init__(self, model: Model, processors: Sequence[Processor], start: int) -> None:
