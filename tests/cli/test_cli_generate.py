@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 from typer.testing import CliRunner
 
 from spec_decode.cli.app import app
+from spec_decode.cli.options import MAX_PROMPT_BYTES
 
 #: Slow: loads tiny transformers models.
 pytestmark = pytest.mark.slow
@@ -115,3 +116,14 @@ def test_generate_refuses_a_bad_schema_file(tiny_pair, tmp_path, content, messag
         "--max-new-tokens", "4", "--json-schema", str(schema),
     )  # fmt: skip
     assert code == 2 and message in " ".join(output.split()), output
+
+
+def test_generate_reads_no_schema_longer_than_a_prompt(tiny_pair, tmp_path):
+    target, _ = tiny_pair
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(b" " * (MAX_PROMPT_BYTES + 1))
+    code, output = invoke(
+        "generate", "--target", str(target), "--draft", "lookup", "--prompt", "x",
+        "--max-new-tokens", "4", "--json-schema", str(schema),
+    )  # fmt: skip
+    assert code == 2 and "longer than" in " ".join(output.split()), output

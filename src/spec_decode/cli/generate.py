@@ -34,6 +34,7 @@ from spec_decode.cli.engine_options import (
 )
 from spec_decode.cli.models import prepare_with_bar
 from spec_decode.cli.options import (
+    MAX_PROMPT_BYTES,
     EngineK,
     MinP,
     Seed,
@@ -156,9 +157,15 @@ def generate_command(
 
 
 def read_schema(path: Path) -> dict[str, Any]:
-    """The JSON schema in the file ``path`` (a ``ValueError`` naming the file otherwise)."""
+    """The JSON schema in the file ``path`` (a ``ValueError`` naming the file otherwise), read
+    no further than :data:`MAX_PROMPT_BYTES`: a wrong file fails at once instead of filling
+    memory."""
     try:
-        schema = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            data = file.read(MAX_PROMPT_BYTES + 1)
+        if len(data) > MAX_PROMPT_BYTES:
+            raise ValueError(f"--json-schema {path}: longer than {MAX_PROMPT_BYTES:,} bytes")
+        schema = json.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"--json-schema {path}: not a readable JSON file ({error})") from error
     if not isinstance(schema, dict):
