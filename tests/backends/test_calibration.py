@@ -11,6 +11,7 @@ import pytest
 
 from spec_decode import random_markov
 from spec_decode.backends import calibration
+from spec_decode.backends import calibration_store as store
 from spec_decode.drafting.costs import CostCurve
 
 
@@ -92,7 +93,7 @@ def test_caches_by_identity_and_recalibrates_on_request(model):
 
 def test_a_corrupt_cache_entry_is_measured_again(model):
     calibration.pass_seconds("llama.cpp", model, max_block=2)
-    file = calibration.calibration_file(calibration.model_identity("llama.cpp", model))
+    file = store.calibration_file(store.model_identity("llama.cpp", model))
     file.write_text("{not json")
     _, cached = calibration.pass_seconds("llama.cpp", model, max_block=2)
     assert not cached and json.loads(file.read_text())["identity"]["threads"] == 2
@@ -101,10 +102,10 @@ def test_a_corrupt_cache_entry_is_measured_again(model):
 def test_a_model_is_found_in_the_cache_before_it_is_loaded(model):
     """The key computed from the file and thread count alone is the loaded model's key, so a
     draft's cost can be read before deciding whether to load it."""
-    assert calibration.cached_seconds(calibration.identity("llama.cpp", model.path, 2)) is None
+    assert calibration.cached_seconds(store.identity("llama.cpp", model.path, 2)) is None
     measured, _ = calibration.pass_seconds("llama.cpp", model, max_block=2)
-    key = calibration.identity("llama.cpp", model.path, 2)
-    assert key == calibration.model_identity("llama.cpp", model)
+    key = store.identity("llama.cpp", model.path, 2)
+    assert key == store.model_identity("llama.cpp", model)
     assert calibration.cached_seconds(key, max_block=2) == measured
     assert calibration.cached_seconds(key, max_block=3) is None  # fewer sizes than asked
 
@@ -116,10 +117,10 @@ def test_generate_loads_a_draft_only_when_it_could_pay(model):
     cpu = CostCurve((1, 2, 3, 5, 9, 17), (0.030, 0.0465, 0.063, 0.099, 0.180, 0.225))
     draft = str(model.path)
     assert _draft_may_pay("llama.cpp", draft, 2, cpu, 4)  # no cached cost: load and measure
-    key = calibration.identity("llama.cpp", model.path, 2)
-    file = calibration.calibration_file(key)
+    key = store.identity("llama.cpp", model.path, 2)
+    file = store.calibration_file(key)
     file.parent.mkdir(parents=True)
-    entry = {"format": calibration._FORMAT, "identity": key, "seconds": [0.019]}
+    entry = {"format": store.FORMAT, "identity": key, "seconds": [0.019]}
     file.write_text(json.dumps(entry))
     assert not _draft_may_pay("llama.cpp", draft, 2, cpu, 4)  # 19 ms a token never pays here
     entry["seconds"] = [0.001]
@@ -178,7 +179,7 @@ def write_entry(file, key, case):
     elif isinstance(case, str):
         file.write_text(case)
     else:
-        entry = {"format": calibration._FORMAT, "identity": key, "seconds": [0.01] * 17}
+        entry = {"format": store.FORMAT, "identity": key, "seconds": [0.01] * 17}
         entry.update(case)
         entry = {k: v for k, v in entry.items() if v is not None}
         file.write_text(json.dumps(entry))
@@ -191,8 +192,8 @@ def test_a_malformed_entry_is_named_and_measured_again(model, tmp_path, caplog, 
     weights.write_bytes(b"01")
     draft = CountingModel(weights, per_token=0.004)
     broken = model if role == "target" else draft
-    key = calibration.model_identity("llama.cpp", broken)
-    file = calibration.calibration_file(key)
+    key = store.model_identity("llama.cpp", broken)
+    file = store.calibration_file(key)
     write_entry(file, key, MALFORMED[case])
     assert calibration.cached_seconds(key) is None
     assert f"calibration {file} " in caplog.text and "measuring it again" in caplog.text
@@ -208,8 +209,8 @@ def test_a_malformed_draft_entry_means_load_the_draft(model):
     """Before loading a draft, a corrupt cached cost is no reason to skip it (it used to be
     taken at face value: "it cannot pay")."""
     curve = CostCurve.from_passes([0.03, 0.05])
-    key = calibration.identity("llama.cpp", model.path, 2)
-    file = calibration.calibration_file(key)
+    key = store.identity("llama.cpp", model.path, 2)
+    file = store.calibration_file(key)
     for case in ("negative", "NaN", "a list"):
         write_entry(file, key, MALFORMED[case])
         assert calibration.cached_draft_seconds(key, curve) is None
@@ -222,8 +223,8 @@ def test_a_draft_cost_above_a_target_pass_is_not_believed_before_loading(model):
     """3.16 s a draft token, cached while the machine was busy, would keep the draft from ever
     being loaded (and so measured) again."""
     curve = CostCurve.from_passes([0.03, 0.05])
-    key = calibration.identity("llama.cpp", model.path, 2)
-    write_entry(calibration.calibration_file(key), key, {"seconds": [3.16]})
+    key = store.identity("llama.cpp", model.path, 2)
+    write_entry(store.calibration_file(key), key, {"seconds": [3.16]})
     assert calibration.cached_draft_seconds(key, curve) is None
 
 
@@ -233,7 +234,7 @@ def test_a_noisy_measurement_is_repeated(model, caplog):
     seconds, cached = calibration.pass_seconds("llama.cpp", model)
     assert not cached and seconds[0] == pytest.approx(0.01)  # the quiet second attempt
     assert len(model.blocks) == 2 * (1 + 3 * SIZES) and "busy" not in caplog.text
-    stored = json.loads(calibration.calibration_file(model_key(model)).read_text())
+    stored = json.loads(store.calibration_file(model_key(model)).read_text())
     assert stored["spread"] == 0
 
 
@@ -254,7 +255,7 @@ def test_a_measurement_that_never_settles_is_kept_with_a_warning(model, caplog):
 
 def test_a_stale_entry_is_not_replaced_by_a_disturbed_measurement(model, caplog):
     key = model_key(model)
-    file = calibration.calibration_file(key)
+    file = store.calibration_file(key)
     write_entry(
         file, key, {"seconds": [0.001] * SIZES, "sizes": SIZE_LIST}
     )  # quiet then, 10x slower now
@@ -268,20 +269,20 @@ def test_a_calibration_that_cannot_be_stored_is_used_and_reported(model, monkeyp
     def full(path, text):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(calibration, "atomic_write_text", full)
+    monkeypatch.setattr(store, "atomic_write_text", full)
     seconds, cached = calibration.pass_seconds("llama.cpp", model, max_block=2)
     assert len(seconds) == 2 and not cached and "could not store calibration" in caplog.text
 
 
 def model_key(model):
-    return calibration.model_identity("llama.cpp", model)
+    return store.model_identity("llama.cpp", model)
 
 
 @pytest.mark.parametrize(("cached", "stale"), [(0.01, False), (0.02, False), (3.16, True)])
 def test_a_cached_curve_is_checked_against_a_pass_timed_now(model, caplog, cached, stale):
     key = model_key(model)
     write_entry(
-        calibration.calibration_file(key),
+        store.calibration_file(key),
         key,
         {"seconds": [cached] * SIZES, "sizes": SIZE_LIST},
     )
@@ -358,7 +359,7 @@ def test_transformers_on_cuda_scores_blocks_like_single_tokens(tmp_path, tiny_qw
     model.reset()
     singles = [model.next_dist(prefix + block[:i]) for i in range(len(block) + 1)]
     assert np.abs(rows - np.array(singles)).max() < 1e-4
-    assert calibration.model_identity("transformers", model)["device"].startswith("cuda")
+    assert store.model_identity("transformers", model)["device"].startswith("cuda")
 
 
 def test_an_unknown_device_is_refused(tmp_path, tiny_qwen2_folder):

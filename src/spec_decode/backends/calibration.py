@@ -10,10 +10,10 @@ scores the last committed token plus n - 1 new ones (exactly a verification pass
 8th to 64: :data:`BLOCK_SIZES`), sizes interleaved over ``repetitions`` rounds, median per size.
 A draft token costs one one-token pass of the draft model.
 
-Results are cached as JSON under the user cache directory (``$SPEC_DECODE_CACHE/calibration`` or
-the platform's, beside the models), one file per model, keyed by backend, model path and size on
-disk, thread count, device and weight formats, so a different build, machine setting or model
-file is measured afresh; ``recalibrate`` measures again regardless.
+Results are cached as JSON under the user cache directory (:mod:`.calibration_store`), one file
+per model, keyed by backend, model path and size on disk, thread count, device, weight formats
+and libraries, so a different build, machine setting or model file is measured afresh;
+``recalibrate`` measures again regardless.
 
 A curve decides every step of every later run, so it is never trusted blindly:
 
@@ -34,17 +34,20 @@ A curve decides every step of every later run, so it is never trusted blindly:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
-import shutil
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from spec_decode.backends.cache import atomic_write_text, calibration_root
+from spec_decode.backends.calibration_store import (
+    FORMAT,
+    calibration_file,
+    model_identity,
+    read_entry,
+    write_entry,
+)
 from spec_decode.core.models import Model, score
 from spec_decode.drafting.costs import CostCurve
 
@@ -65,11 +68,6 @@ ATTEMPTS = 3
 STALE_FACTOR = 3.0
 #: The command that measures a curve again.
 FIX = "spec-decode calibrate --recalibrate"
-_FORMAT = 2  # 2: the key names the weight formats
-
-_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
-_JSON_TYPES[type(None)] = "null"
-
 log = logging.getLogger(__name__)
 _clock = time.perf_counter  # the clock every timing reads (tests substitute a simulated one)
 _revalidated: set[Path] = set()  # cache files already checked against a timed pass here
@@ -208,63 +206,15 @@ def _reset(model: Model) -> None:
         reset()
 
 
-def model_identity(backend: str, model: Any) -> dict[str, object]:
-    """What a loaded model's timings depend on (see :func:`identity`).
-
-    Reads ``path``/``n_threads`` (llama.cpp) or the wrapped transformers model's
-    ``name_or_path``, linear-layer formats and torch's thread count; ``device`` defaults to
-    "cpu".
-    """
-    path = getattr(model, "path", None)
-    threads = getattr(model, "n_threads", None)
-    weights = None
-    module = getattr(model, "model", None)
-    if backend == "transformers" and module is not None:
-        import torch
-
-        path = getattr(module, "name_or_path", None)
-        threads = torch.get_num_threads()
-        formats = {getattr(m, "weight_format", None) for m in module.modules()} - {None}
-        weights = ",".join(sorted(formats)) or str(getattr(module, "dtype", ""))
-    location = Path(path) if path else None
-    name = None if location else type(model).__name__
-    return identity(backend, location, threads, str(getattr(model, "device", "cpu")), weights, name)
-
-
-def identity(
-    backend: str,
-    location: Path | None,
-    threads: int | None,
-    device: str = "cpu",
-    weights: str | None = None,
-    name: str | None = None,
-) -> dict[str, object]:
-    """The calibration key: backend, model file or folder and its size on disk, threads, device,
-    weight formats and, for llama.cpp, the libraries loaded (``name`` stands for the location of a
-    model that has none). Computed
-    before loading too, to decide whether a draft model is worth loading at all."""
-    location = location.expanduser().resolve() if location else None
-    key: dict[str, object] = {
-        "backend": backend,
-        "model": str(location) if location else name,
-        "bytes": _size_on_disk(location) if location else None,
-        "threads": threads,
-        "device": device,
-        "weights": weights,
-    }
-    if backend == "llama.cpp":  # the stock and the exact-rows builds are calibrated apart
-        from spec_decode.backends.llamacpp.kernels import build_identity
-
-        key["build"] = build_identity()
-    return key
-
-
 def cached_seconds(key: dict[str, object], max_block: int = 1) -> list[float] | None:
     """The cached pass times for the :func:`block_sizes` (``max_block``) of the model with this
     key, or None when there are none, some of those sizes were not measured, or the entry is
     malformed (reported by name)."""
-    stored = _read_entry(calibration_file(key), key)
-    if stored is None:
+    file = calibration_file(key)
+    stored = read_entry(file, key)
+    if isinstance(stored, str):
+        log.warning("calibration %s %s; measuring it again", file, stored)
+    if not isinstance(stored, tuple):
         return None
     by_size = dict(zip(*stored, strict=True))
     wanted = block_sizes(max_block)
@@ -336,7 +286,7 @@ def pass_seconds(
         if stale:
             return seconds, False  # this run uses it; the cached entry is checked next run
     entry = {
-        "format": _FORMAT,
+        "format": FORMAT,
         "identity": key,
         "sizes": list(block_sizes(max_block)),
         "seconds": seconds,
@@ -344,9 +294,7 @@ def pass_seconds(
         "measured": time.time(),
     }
     try:
-        if file.is_dir() and not file.is_symlink():
-            shutil.rmtree(file)
-        atomic_write_text(file, json.dumps(entry, indent=1))
+        write_entry(file, entry)
     except OSError as error:
         log.warning("could not store calibration %s (%s); measured again next run", file, error)
     return seconds, False
@@ -371,67 +319,3 @@ def cost_curve(
             backend, draft, max_block=1, recalibrate=recalibrate, check=check
         )[0][0]
     return CostCurve(block_sizes(longest_block(target)), tuple(seconds), draft_seconds)
-
-
-def calibration_file(key: dict[str, object]) -> Path:
-    """Where the calibration of the model with this key is cached."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return calibration_root() / f"{digest}.json"
-
-
-def _read_entry(file: Path, key: dict[str, object]) -> tuple[tuple[int, ...], list[float]] | None:
-    """The block sizes and pass times stored in ``file`` for ``key``; None when there is no file,
-    and None with a warning naming the file when it is malformed in any way (it is then
-    measured again)."""
-    if not file.exists():
-        return None
-    problem = _entry_problem(file, key)
-    if isinstance(problem, tuple):
-        return problem
-    log.warning("calibration %s %s; measuring it again", file, problem)
-    return None
-
-
-def _entry_problem(file: Path, key: dict[str, object]) -> tuple[tuple[int, ...], list[float]] | str:
-    """The valid block sizes and pass times in ``file``, or what is wrong with it."""
-    if not file.is_file():
-        return "is a directory, not a file" if file.is_dir() else "is not a regular file"
-    try:
-        stored = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        return f"is unreadable ({error})"
-    if not isinstance(stored, dict):
-        return f"holds a JSON {_JSON_TYPES.get(type(stored), 'value')}, not an object"
-    missing = [k for k in ("format", "identity", "seconds") if k not in stored]
-    if missing:
-        return f"lacks {', '.join(missing)}"
-    if stored["format"] != _FORMAT:
-        return f"has format {stored['format']!r}, not {_FORMAT}"
-    if stored["identity"] != key:
-        return "is for another model or setting"
-    seconds = stored["seconds"]
-    if not isinstance(seconds, list) or not seconds:
-        return "has no list of pass times"
-    if not all(
-        isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s) and s > 0
-        for s in seconds
-    ):
-        return f"has pass times that are not finite and > 0: {seconds[:4]}"
-    sizes = stored.get("sizes", list(range(1, len(seconds) + 1)))  # once every size 1..n
-    if (
-        not isinstance(sizes, list)
-        or len(sizes) != len(seconds)
-        or not all(isinstance(n, int) and not isinstance(n, bool) for n in sizes)
-        or sizes != sorted(set(sizes))
-        or sizes[0] != 1
-    ):
-        return "has no increasing list of block sizes, one per pass time"
-    return tuple(sizes), [float(s) for s in seconds]
-
-
-def _size_on_disk(location: Path) -> int | None:
-    if location.is_file():
-        return location.stat().st_size
-    if location.is_dir():
-        return sum(f.stat().st_size for f in location.rglob("*") if f.is_file())
-    return None

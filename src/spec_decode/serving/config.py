@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spec_decode.backends.calibration import MAX_BLOCK, cached_draft_seconds, identity
+from spec_decode.backends.calibration import MAX_BLOCK, cached_draft_seconds
+from spec_decode.backends.calibration_store import identity
 from spec_decode.backends.cores import available_cores
 from spec_decode.backends.loading import Loaded, check_weights, choose_backend, load, resolve_gguf
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
