@@ -6,9 +6,11 @@ import functools
 import inspect
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from spec_decode.core.errors import BadPrompt, BadRequest
 
 #: A transformers tokenizer or :class:`spec_decode.backends.llamacpp.LlamaCppTokenizer`: both
 #: have ``chat_template``, ``apply_chat_template``, ``encode`` and ``decode``.
@@ -49,6 +51,32 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, raw: bool) -> list[int]:
     if not raw and tokenizer.chat_template:
         return encode_chat(tokenizer, [{"role": "user", "content": prompt}])
     return tokenizer.encode(prompt)
+
+
+def prompt_ids(
+    tokenizer: Tokenizer,
+    prompt: str | Sequence[Mapping[str, Any]] | Sequence[int],
+    *,
+    raw: bool = False,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
+    """Token ids of a text prompt (:func:`encode_prompt`), a conversation with the ``tools`` the
+    model may call (:func:`encode_chat`), or ids as they are (checked against the model later);
+    a :class:`~spec_decode.core.errors.BadRequest` naming the field otherwise."""
+    items = [] if isinstance(prompt, str) else list(prompt)
+    chat = bool(items) and all(isinstance(item, Mapping) for item in items)
+    if tools and not chat:
+        raise BadRequest("tools need chat messages", "tools")
+    if isinstance(prompt, str):
+        return encode_prompt(tokenizer, prompt, raw)
+    if chat:
+        try:
+            return encode_chat(tokenizer, [dict(item) for item in items], tools)
+        except BadRequest:
+            raise
+        except ValueError as error:  # no template, or one that refuses this conversation
+            raise BadPrompt(str(error), "messages") from error
+    return items
 
 
 def encode_chat(

@@ -34,38 +34,29 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spec_decode.backends.calibration import (
-    cost_curve,
-    pass_seconds,
+from spec_decode.backends.calibration import cost_curve, pass_seconds
+from spec_decode.backends.loading import Loaded, check_pair
+from spec_decode.backends.prompts import (
+    SerializedTokenizer,
+    encode_chat,
+    encode_prompt,
+    prompt_ids,
 )
-from spec_decode.backends.loading import (
-    Loaded,
-    check_pair,
-)
-from spec_decode.backends.prompts import SerializedTokenizer, encode_chat, encode_prompt
-from spec_decode.constraints.grammar import Grammar, GrammarMask, check_grammar, grammar_tokenizer
-from spec_decode.core.errors import BadPrompt, BadRequest
-from spec_decode.core.generate import (
-    ONLY,
-    PolicyPlanner,
-    StepFunction,
-    generate,
-    target_step,
-    tree_step,
-)
-from spec_decode.core.processors import LogitBias, Penalties, Processor, with_processors
+from spec_decode.constraints.grammar import Grammar, check_grammar, grammar_tokenizer
+from spec_decode.core.errors import BadRequest
+from spec_decode.core.generate import generate
+from spec_decode.core.processors import LogitBias, Penalties
 from spec_decode.core.sampling import SamplingParams
-from spec_decode.drafting.auto import auto_planner, suffix_drafter
+from spec_decode.drafting.auto import suffix_drafter
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.policies import policy_by_name
-from spec_decode.drafting.rule_choice import RuleChoice, rule_by_name
+from spec_decode.drafting.rule_choice import rule_by_name
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 from spec_decode.serving.completion import Completion, Piece, StepCallback
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig, default_k, draft_may_pay
 from spec_decode.serving.halting import Halt, halt_reason, halting_step
 from spec_decode.serving.logprobs import RowRecorder, TokenLogprob
 from spec_decode.serving.request import GenerationRequest
+from spec_decode.serving.steps import processed, request_step
 from spec_decode.serving.text import IncrementalText
 
 
@@ -176,7 +167,7 @@ class Engine:
         :class:`~spec_decode.core.errors.BadRequest` naming the field. Safe to call from any
         thread while a generation runs (the tokenizer is serialized).
         """
-        ids = self._tokenize(prompt, raw, tools)
+        ids = prompt_ids(self.tokenizer, prompt, raw=raw, tools=tools)
         if max_tokens is None:
             max_tokens = max(self.context_window - len(ids), 1)  # no room: refused below
             max_tokens = max_tokens if limit is None else min(max_tokens, limit)
@@ -205,38 +196,6 @@ class Engine:
                     self.tokenizer, model.vocab_size, self.target.stop_ids
                 )
             return self._grammar_tokenizer
-
-    def _processed(self, model: Any, request: GenerationRequest) -> Any:
-        """``model`` with the request's processors, each row's history read from the end of
-        its prompt (``model`` itself when the request has none)."""
-        processors: list[Processor] = [request.penalties]
-        if request.logit_bias is not None:
-            processors.append(request.logit_bias)
-        if request.grammar is not None:
-            processors.append(GrammarMask(request.grammar, self.grammar_tokenizer))
-        return with_processors(model, processors, len(request.prompt))
-
-    def _tokenize(
-        self,
-        prompt: str | Sequence[Mapping[str, Any]] | Sequence[int],
-        raw: bool,
-        tools: list[dict[str, Any]] | None,
-    ) -> list[int]:
-        """Token ids of a text prompt, a conversation or ids as they are (checked later)."""
-        items = [] if isinstance(prompt, str) else list(prompt)
-        chat = bool(items) and all(isinstance(item, Mapping) for item in items)
-        if tools and not chat:
-            raise BadRequest("tools need chat messages", "tools")
-        if isinstance(prompt, str):
-            return self.encode(prompt, raw)
-        if chat:
-            try:
-                return self.encode_chat([dict(item) for item in items], tools)
-            except BadRequest:
-                raise
-            except ValueError as error:  # no template, or one that refuses this conversation
-                raise BadPrompt(str(error), "messages") from error
-        return items
 
     def validate(self, request: GenerationRequest) -> None:
         """Refuse a request this engine cannot run: a rule it does not know, token ids outside
@@ -290,14 +249,25 @@ class Engine:
         # under the coupled rule the drafts (and so the history) never change the output
         reads_history = choice.coupled or sampling.temperature == 0 or seed is None
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
-        target = self._processed(self.target.model, request)
-        draft = self._processed(self.draft.model, request) if self.draft is not None else None
+        grammar = self.grammar_tokenizer if request.grammar is not None else None
+        target = processed(self.target.model, request, grammar)
+        draft = processed(self.draft.model, request, grammar) if self.draft is not None else None
         recorder = None
         if request.logprobs is not None:
             recorder = RowRecorder(target, request.logprobs)
         with self._lock:
-            scorer = recorder or target
-            step = self._step(scorer, draft, sampling, request.target_only, reads_history, choice)
+            shared = self.history if reads_history and self.config.shared_history else None
+            step = request_step(
+                self.config,
+                recorder or target,
+                draft,
+                sampling,
+                choice=choice,
+                k=self.k,
+                target_only=request.target_only,
+                costs=self.costs,
+                suffix=self._suffix_drafter(shared) if self.costs is not None else None,
+            )
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
             cached = self._prepare_caches(ids)
 
@@ -355,40 +325,13 @@ class Engine:
                 kept.append(0)
         return kept[0]
 
-    def _step(
-        self,
-        target: Any,
-        draft: Any,
-        sampling: SamplingParams,
-        target_only: bool,
-        history: bool,
-        choice: RuleChoice,
-    ) -> StepFunction:
-        """The step function of one request, scoring with ``target`` (the target model, or a
-        recorder around it) and drafting with ``draft`` (the draft model or None, both with the
-        request's processors): target-only, auto, a token tree or a chain."""
-        config = self.config
-        if target_only or config.draft == NO_DRAFT:
-            return target_step(target, sampling)
-        if config.uses_auto:
-            assert self.costs is not None  # loaded with the curve
-            model = choice.model_drafter(draft, sampling, config.confidence) if draft else None
-            shared = self.history if history and config.shared_history else None
-            suffix = self._suffix.get(shared is not None)
-            if suffix is None:
-                suffix = suffix_drafter(self.costs, target.vocab_size, self.k, shared)
-                self._suffix[shared is not None] = suffix
-            suffix.begin_request()
-            planner = auto_planner(
-                self.costs, target.vocab_size, model, self.k, shared, suffix=suffix
-            )
-            return choice.planned_step(target, planner.drafters, planner, sampling)
-        if config.tree is not None:
-            drafter = choice.tree_drafter(draft, sampling)
-            return tree_step(target, drafter, config.tree, choice.tree, sampling)
-        if draft is None:
-            chain = PromptLookupDrafter(target.vocab_size, max_tokens=self.k)  # k, not its 10
-        else:
-            chain = choice.model_drafter(draft, sampling, config.confidence)
-        planner = PolicyPlanner(policy_by_name(config.policy, self.k))
-        return choice.planned_step(target, {ONLY: chain}, planner, sampling)
+    def _suffix_drafter(self, shared: SuffixHistory | None) -> SuffixDrafter:
+        """The auto planner's suffix drafter reading ``shared`` (or no history), kept across
+        requests and told a new one begins."""
+        assert self.costs is not None  # only auto keeps one, and auto is loaded with the curve
+        suffix = self._suffix.get(shared is not None)
+        if suffix is None:
+            suffix = suffix_drafter(self.costs, self.target.model.vocab_size, self.k, shared)
+            self._suffix[shared is not None] = suffix
+        suffix.begin_request()
+        return suffix
