@@ -36,9 +36,10 @@ from prompt_sets import sample
 from spec_decode.core.coupled import coupled_rule
 from spec_decode.core.generate import generate_autoregressive
 from spec_decode.core.models import Model, score
-from spec_decode.core.noise import RaceNoise, SeededNoise, UniformNoise, positional_source
+from spec_decode.core.noise import SeededNoise, positional_source
 from spec_decode.core.randomness import NumpySource
 from spec_decode.core.rules import exact_rule
+from spec_decode.core.samplers import RaceNoise, UniformNoise
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.drafting.speculative import generate_speculative
 from spec_decode.theory.coupled import coupling_match

@@ -13,12 +13,8 @@ import numpy as np
 import pytest
 
 from spec_decode import SamplingParams
-from spec_decode.core.noise import (
-    NOISE_BLOCK,
-    SAMPLERS,
-    choice_stable,
-    positional_source,
-)
+from spec_decode.core.noise import SAMPLERS, positional_source
+from spec_decode.core.samplers import NOISE_BLOCK, choice_stable
 
 SAMPLINGS = {
     "T=0.3": SamplingParams(0.3),

@@ -19,14 +19,8 @@ from spec_decode.certify.zoo.positional import (
     StepRelativeNoise,
 )
 from spec_decode.core.generate import generate_autoregressive
-from spec_decode.core.noise import (
-    NOISE_BLOCK,
-    SAMPLERS,
-    RaceNoise,
-    SeededNoise,
-    StreamNoise,
-    positional_source,
-)
+from spec_decode.core.noise import SAMPLERS, SeededNoise, StreamNoise, positional_source
+from spec_decode.core.samplers import NOISE_BLOCK, RaceNoise
 
 SIGNIFICANCE = 1e-3
 

@@ -10,7 +10,8 @@ from scipy import stats
 
 from spec_decode import SamplingParams
 from spec_decode.certify.enumeration import enumerate_outputs
-from spec_decode.core.noise import NOISE_BLOCK, SeededNoise, UniformNoise
+from spec_decode.core.noise import SeededNoise
+from spec_decode.core.samplers import NOISE_BLOCK, UniformNoise
 from spec_decode.theory.coupled import (
     coupled_markov_expectation,
     coupling_match,

@@ -17,7 +17,7 @@ from spec_decode.certify.enumeration import enumerate_outputs
 from spec_decode.certify.goodness_of_fit import chi_square_test, detectable_tv
 from spec_decode.certify.reference import ExactComparison
 from spec_decode.certify.statistical import POWER, StatisticalCertificate
-from spec_decode.core.noise import PositionNoise, UniformNoise
+from spec_decode.core.samplers import PositionNoise, UniformNoise
 
 #: The noise of absolute position t.
 NoiseAt = Callable[[int], PositionNoise]

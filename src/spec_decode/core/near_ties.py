@@ -6,7 +6,7 @@ in a block, while target-only decoding computes it on rows scored one token at a
 emit the same tokens for a seed only where both rows give the same choice. A target may state
 how far block scoring can move the difference of any two logits of a row (``block_tolerance``)
 and offer the row target-only decoding computes (``exact_dist(context)``). A row whose choice
-cannot be shown stable under that tolerance (:func:`~spec_decode.core.noise.choice_stable`)
+cannot be shown stable under that tolerance (:func:`~spec_decode.core.samplers.choice_stable`)
 could choose differently, so it is replaced by the exact row before the rule reads it; elsewhere the
 tolerance cannot change the choice. Per-seed identity then holds by construction, at any
 temperature and with any warp, for chains and trees.
@@ -24,7 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from spec_decode.core.distributions import check_distributions
-from spec_decode.core.noise import choice_stable, is_positional
+from spec_decode.core.noise import is_positional
+from spec_decode.core.samplers import choice_stable
 from spec_decode.core.sampling import SamplingParams
 
 

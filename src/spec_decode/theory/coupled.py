@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from spec_decode.core.models import MarkovModel
-from spec_decode.core.noise import NOISE_BLOCK
+from spec_decode.core.samplers import NOISE_BLOCK
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.theory.standard import MarkovExpectation, chain_expectation, check_pair
 
@@ -53,7 +53,7 @@ def race_match(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def two_level_race_match(p: np.ndarray, q: np.ndarray, block: int = NOISE_BLOCK) -> np.ndarray:
-    """P(x = y = i) for the two-level race of :class:`~spec_decode.core.noise.RaceNoise`."""
+    """P(x = y = i) for the two-level race of :class:`~spec_decode.core.samplers.RaceNoise`."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     p, q = p / p.sum(), q / q.sum()
     starts = range(0, p.size, block)

@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec_decode.core.noise import (
-    NOISE_BLOCK,
-    DelegatedDraws,
-    PositionalSource,
-    PositionNoise,
-    RaceNoise,
-)
+from spec_decode.core.noise import DelegatedDraws, PositionalSource
+from spec_decode.core.samplers import NOISE_BLOCK, PositionNoise, RaceNoise
 
 
 class StepRelativeNoise(DelegatedDraws):
