@@ -7,14 +7,8 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from spec_decode.backends.llamacpp.build import (
-    AVX512_FLAGS,
-    CMAKE_ARGS,
-    cmake_args,
-    cpu_flags,
-    isa_level,
-    required_flags,
-)
+from spec_decode.backends.llamacpp.build import CMAKE_ARGS, cmake_args
+from spec_decode.backends.llamacpp.isa import AVX512_FLAGS, cpu_flags, isa_level, required_flags
 
 AVX2_CPU = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"})
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from spec_decode.backends.llamacpp import build
+from spec_decode.backends.llamacpp import build, isa
 from spec_decode.backends.llamacpp.library import (
     CHOICE_ENV,
     LIB_PATH_ENV,
@@ -28,8 +28,8 @@ from spec_decode.backends.llamacpp.library import (
     choose,
 )
 
-AVX2 = build.AVX2_FLAGS
-AVX512_VNNI = AVX2 | build.AVX512_FLAGS | {build.AVX512_VNNI_FLAG}
+AVX2 = isa.AVX2_FLAGS
+AVX512_VNNI = AVX2 | isa.AVX512_FLAGS | {isa.AVX512_VNNI_FLAG}
 
 
 def finished_build(folder: Path, flags: frozenset[str], exact_rows: int = 64) -> Path:
@@ -52,17 +52,17 @@ def test_build_folders_are_keyed_by_instruction_set(cache):
     assert avx2 != avx512
     assert avx2.is_relative_to(cache / "kernels") and avx2.parent.name.endswith("-avx2")
     assert avx512.parent.name.endswith("-avx512_vnni")
-    assert build.isa_level({"neon", "asimd"}) is None  # another architecture: stock fallback
+    assert isa.isa_level({"neon", "asimd"}) is None  # another architecture: stock fallback
 
 
 def test_this_cpus_build_is_chosen(cache):
-    ours = finished_build(build.lib_dir(AVX512_VNNI), build.required_flags("avx512_vnni"))
+    ours = finished_build(build.lib_dir(AVX512_VNNI), isa.required_flags("avx512_vnni"))
     assert choose({}, AVX512_VNNI, own=None) == Libraries(ours, "spec-decode's exact-rows build")
 
 
 def test_a_build_for_a_richer_cpu_is_refused_on_a_poorer_one(cache, tmp_path):
     """A cache shared with an AVX-512 machine, read on an AVX2 one: never loaded (SIGILL)."""
-    rich = finished_build(tmp_path / "rich", build.required_flags("avx512_vnni"))
+    rich = finished_build(tmp_path / "rich", isa.required_flags("avx512_vnni"))
     own = tmp_path / "own"
     fallback = choose({LIB_PATH_ENV: str(rich)}, AVX2, own=own)
     assert fallback.folder is None and "avx512" in (fallback.warning or "")
@@ -72,7 +72,7 @@ def test_a_build_for_a_richer_cpu_is_refused_on_a_poorer_one(cache, tmp_path):
     os.environ[build.KERNELS_ENV] = str(rich.parent)
     try:
         rich_as_ours = build.lib_dir(AVX2)
-        finished_build(rich_as_ours, build.required_flags("avx512"))
+        finished_build(rich_as_ours, isa.required_flags("avx512"))
         with pytest.raises(LibrariesMissing, match="lacks"):
             choose({}, AVX2, own=None)
         assert choose({}, AVX2, own=own).folder is None
@@ -94,7 +94,7 @@ def test_a_stock_fallback_build_loads_with_a_warning(cache):
 
 
 def test_the_user_decides_first(cache, tmp_path):
-    finished_build(build.lib_dir(AVX2), build.required_flags("avx2"))
+    finished_build(build.lib_dir(AVX2), isa.required_flags("avx2"))
     own = tmp_path / "own"
     assert choose({CHOICE_ENV: "stock"}, AVX2, own=own) == Libraries(None, "llama-cpp-python")
     theirs = tmp_path / "theirs"
@@ -148,7 +148,7 @@ def running_libraries() -> Path:
 def test_load_applies_this_cpus_build(running_libraries, tmp_path):
     kernels = tmp_path / "kernels"
     shutil.copytree(running_libraries, kernels / "lib", symlinks=True)
-    info = {"cpu_flags": sorted(build.cpu_flags() & AVX2), "exact_rows": 64}
+    info = {"cpu_flags": sorted(isa.cpu_flags() & AVX2), "exact_rows": 64}
     (kernels / "lib" / build.BUILD_INFO).write_text(json.dumps(info))
     assert loaded_folder({build.KERNELS_ENV: str(kernels)}) == str(kernels / "lib")
 

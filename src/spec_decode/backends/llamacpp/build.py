@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spec_decode.backends.cache import cache_root
+from spec_decode.backends.llamacpp.isa import cpu_flags, isa_level, native_flags, required_flags
 
 SDIST_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
@@ -92,31 +93,6 @@ CMAKE_ARGS = (
     *_COMMON_ARGS,
 )
 
-#: The CPU flags (as /proc/cpuinfo names them) that :data:`CMAKE_ARGS` compiles for.
-AVX2_FLAGS = frozenset({"sse4_2", "avx", "avx2", "bmi2", "fma", "f16c"})
-#: The CPU flags of the AVX-512 subsets llama.cpp's GGML_AVX512 compiles for.
-AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"})
-#: The CPU flag of AVX-512 VNNI (its integer dot products drive the tiled Q6_K kernel).
-AVX512_VNNI_FLAG = "avx512_vnni"
-
-
-def isa_level(cpu_flags: frozenset[str] | set[str]) -> str | None:
-    """The instruction-set level the exact-rows build compiles for on a CPU with ``cpu_flags``:
-    ``avx512_vnni``, ``avx512`` or ``avx2``; None where the patch does not apply (no AVX2, or
-    not x86)."""
-    flags = set(cpu_flags)
-    if not flags >= AVX2_FLAGS:
-        return None
-    if not flags >= AVX512_FLAGS:
-        return "avx2"
-    return "avx512_vnni" if AVX512_VNNI_FLAG in flags else "avx512"
-
-
-def required_flags(level: str) -> frozenset[str]:
-    """The CPU flags a build of ``level`` (:func:`isa_level`) needs to run."""
-    needed = {"avx2": AVX2_FLAGS, "avx512": AVX2_FLAGS | AVX512_FLAGS}
-    return needed.get(level, AVX2_FLAGS | AVX512_FLAGS | {AVX512_VNNI_FLAG})
-
 
 def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
     """:data:`CMAKE_ARGS`, plus llama.cpp's AVX-512 kernels where the CPU has every subset they
@@ -128,18 +104,6 @@ def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
         return CMAKE_ARGS
     vnni = ("-DGGML_AVX512_VNNI=ON",) if level == "avx512_vnni" else ()
     return (*CMAKE_ARGS, "-DGGML_AVX512=ON", *vnni)
-
-
-def cpu_flags() -> frozenset[str]:
-    """This CPU's feature flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.partition(":")[2].split())
-    return frozenset()
 
 
 def patch_sha256() -> str:
@@ -280,10 +244,6 @@ def compile_libraries(
                 shutil.copy2(lib, target)
 
 
-#: Flags (prefixes, as /proc/cpuinfo names them) of the instruction sets a native build may use.
-_ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "asimd", "sve")
-
-
 def build(
     sdist: Path | None = None,
     jobs: int = 2,
@@ -337,11 +297,7 @@ def build(
             )
             source = unpack_llama_cpp(sdist, work / "src-stock")
             compile_libraries(source, work / "build-stock", STOCK_ARGS, jobs, staging)
-        needs = (
-            required_flags(level)
-            if exact_rows
-            else {f for f in flags if f.startswith(_ISA_PREFIXES)}
-        )
+        needs = required_flags(level) if exact_rows else native_flags(flags)
         info = {
             "what": "llama.cpp shared libraries built by spec-decode "
             + ("with its exact-rows patch" if exact_rows else "without its patch (fallback)"),

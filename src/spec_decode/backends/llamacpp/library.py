@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from spec_decode.backends.llamacpp import build
+from spec_decode.backends.llamacpp import build, isa
 
 #: Environment variable choosing the libraries: ``stock`` for llama-cpp-python's own.
 CHOICE_ENV = "SPEC_DECODE_KERNELS"
@@ -135,7 +135,7 @@ def load() -> Libraries:
         user = os.environ.get(LIB_PATH_ENV)
         chosen = Libraries(Path(user) if user else None, "imported before spec-decode chose")
     else:
-        chosen = choose(os.environ, build.cpu_flags(), own_library_folder())
+        chosen = choose(os.environ, isa.cpu_flags(), own_library_folder())
         if chosen.folder is not None:
             os.environ[LIB_PATH_ENV] = str(chosen.folder)
         if chosen.warning:
