@@ -16,8 +16,9 @@ from spec_decode.certify.identity import Run, identity_certificate, target_only_
 from spec_decode.certify.zoo.coupled import bonus_from_last_drafted_noise, reusing_rejected_position
 from spec_decode.certify.zoo.positional import StepRelativeNoise
 from spec_decode.core.coupled import coupled_rule, coupled_tree_rule
-from spec_decode.core.generate import chain_step, generate
+from spec_decode.core.generate import generate
 from spec_decode.core.models import MarkovModel
+from spec_decode.core.steps import chain_step
 from spec_decode.drafting.auto import AutoPlanner
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import ModelDrafter

@@ -20,9 +20,10 @@ from spec_decode.certify.reference import TV_TOLERANCE
 from spec_decode.certify.statistical import statistical_certificate
 from spec_decode.certify.zoo.coupled import bonus_from_last_drafted_noise, reusing_rejected_position
 from spec_decode.core.coupled import coupled_rule, coupled_tree_rule, is_coupled
-from spec_decode.core.generate import chain_step, generate
+from spec_decode.core.generate import generate
 from spec_decode.core.noise import positional_source
 from spec_decode.core.rules import exact_rule
+from spec_decode.core.steps import chain_step
 from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter
 from spec_decode.drafting.policies import as_policy

@@ -16,19 +16,13 @@ import pytest
 
 from spec_decode import SamplingParams, random_markov
 from spec_decode.certify.enumeration import enumerate_outputs
-from spec_decode.core import generate as generate_module
+from spec_decode.core import steps as steps_module
 from spec_decode.core.coupled import coupled_rule
-from spec_decode.core.generate import (
-    ONLY,
-    PolicyPlanner,
-    generate,
-    greedy_step,
-    planned_step,
-    target_step,
-)
+from spec_decode.core.generate import generate
 from spec_decode.core.models import MarkovModel, Model, greedy_tokens
 from spec_decode.core.noise import positional_source
 from spec_decode.core.rules import exact_rule
+from spec_decode.core.steps import ONLY, PolicyPlanner, greedy_step, planned_step, target_step
 from spec_decode.drafting.policies import as_policy
 
 VOCAB = 4
@@ -122,7 +116,7 @@ def test_greedy_target_step_reads_the_same_top_tokens():
 
 
 def test_a_step_that_keeps_every_draft_fails(monkeypatch):
-    monkeypatch.setattr(generate_module, "leading_matches", lambda drafted, emitted: len(drafted))
+    monkeypatch.setattr(steps_module, "leading_matches", lambda drafted, emitted: len(drafted))
     assert mismatches(TARGET, names=["greedy"])
 
 

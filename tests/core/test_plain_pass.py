@@ -21,9 +21,10 @@ from spec_decode import (
     random_markov,
 )
 from spec_decode.certify.exhaustive import exact_output_distribution
-from spec_decode.core.generate import generate, planned_step
+from spec_decode.core.generate import generate
 from spec_decode.core.protocols import Plan
 from spec_decode.core.rules import exact_rule
+from spec_decode.core.steps import planned_step
 from spec_decode.drafting.drafters import ModelDrafter
 
 

@@ -58,7 +58,7 @@ def exact_output_distribution(
     k: int | KPolicy,
     **options: Any,
 ) -> ExactComparison:
-    """:func:`exact_distribution` of :func:`~spec_decode.core.generate.generate_speculative`;
+    """:func:`exact_distribution` of :func:`~spec_decode.drafting.speculative.generate_speculative`;
     ``options`` (``sampling``, ``rule``, ``drafter``) are passed to it."""
     generate = chain_generator(target, draft, prefix, k, **options)
     return exact_distribution(generate, target, prefix, n_tokens, options.get("sampling"))
@@ -72,7 +72,7 @@ def exact_tree_distribution(
     widths: Sequence[int] | TreeShape,
     **options: Any,
 ) -> ExactComparison:
-    """:func:`exact_distribution` of :func:`~spec_decode.core.generate.generate_tree`;
+    """:func:`exact_distribution` of :func:`~spec_decode.drafting.speculative.generate_tree`;
     ``options`` (``sampling``, ``replacement``, ``rule``, ``drafter``) are passed to it."""
     generate = tree_generator(target, draft, prefix, widths, **options)
     return exact_distribution(generate, target, prefix, n_tokens, options.get("sampling"))

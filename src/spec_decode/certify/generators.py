@@ -25,7 +25,7 @@ Generate = Callable[[np.random.Generator | RandomSource, int], Sequence[int]]
 def chain_generator(
     target: Model, draft: Model | None, prefix: Sequence[int], k: int | KPolicy, **options: Any
 ) -> Generate:
-    """:func:`~spec_decode.core.generate.generate_speculative` with everything but the random
+    """:func:`~spec_decode.drafting.speculative.generate_speculative` with everything but the random
     source and the token count fixed; ``options`` are its keyword arguments."""
     return lambda rng, n: generate_speculative(target, draft, prefix, n, k, rng, **options).tokens
 
@@ -37,6 +37,6 @@ def tree_generator(
     widths: Sequence[int] | TreeShape,
     **options: Any,
 ) -> Generate:
-    """:func:`~spec_decode.core.generate.generate_tree` with everything but the random source
+    """:func:`~spec_decode.drafting.speculative.generate_tree` with everything but the random source
     and the token count fixed; ``options`` are its keyword arguments."""
     return lambda rng, n: generate_tree(target, draft, prefix, n, widths, rng, **options).tokens

@@ -34,7 +34,7 @@ draft reaches, often enough to pay on this curve: a block of up to 64 tokens dee
 none where the copy has just broken off.
 
 Exactness: the choice reads the context, the trace and the fixed curve, never the clock nor the
-step's own random draws, so :func:`~spec_decode.core.generate.planned_step` stays exact; the
+step's own random draws, so :func:`~spec_decode.core.steps.planned_step` stays exact; the
 exhaustive and statistical certificates run this planner with a fixed curve.
 """
 

@@ -4,7 +4,7 @@ and what that would cost on a cost curve.
 Greedy decoding emits the same tokens whatever is drafted (every path is exact), so once the
 target-only answer to a prompt is known, a step that verifies a proposal x_1..x_k emits the
 answer's next m + 1 tokens, m being how many of x_1..x_k equal them: exactly what
-:func:`~spec_decode.core.generate.greedy_step` computes with the target in the loop. Replaying
+:func:`~spec_decode.core.steps.greedy_step` computes with the target in the loop. Replaying
 the planner over the answer gives its trace in milliseconds, so planners and curves can be
 compared on real answers deterministically, and the oracle (a drafter that proposes the answer
 itself) bounds what any planner could reach on that curve.

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from spec_decode.core.coupled import coupled_rule, coupled_tree_rule
-from spec_decode.core.generate import (
+from spec_decode.core.models import Model
+from spec_decode.core.noise import positional_source
+from spec_decode.core.protocols import Drafter, KPolicy, Planner, TreeDrafter
+from spec_decode.core.randomness import RandomSource
+from spec_decode.core.rules import Rule, exact_rule
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.steps import (
     ONLY,
     PolicyPlanner,
     StepFunction,
@@ -25,12 +31,6 @@ from spec_decode.core.generate import (
     target_step,
     tree_step,
 )
-from spec_decode.core.models import Model
-from spec_decode.core.noise import positional_source
-from spec_decode.core.protocols import Drafter, KPolicy, Planner, TreeDrafter
-from spec_decode.core.randomness import RandomSource
-from spec_decode.core.rules import Rule, exact_rule
-from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import TreeRule, verify_tree
 from spec_decode.drafting.auto import AutoPlanner
@@ -115,7 +115,7 @@ class RuleChoice:
         sampling: SamplingParams,
     ) -> StepFunction:
         """The chain step under this rule, ``planner`` choosing the drafter and k: under greedy
-        controls on the target's top tokens alone (:func:`~spec_decode.core.generate.greedy_step`:
+        controls on the target's top tokens alone (:func:`~spec_decode.core.steps.greedy_step`:
         both rules reduce to it), else verified by the rule on the warped rows."""
         if sampling.greedy:
             return greedy_step(target, drafters, planner)

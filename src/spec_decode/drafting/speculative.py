@@ -14,13 +14,14 @@ from collections.abc import Collection, Sequence
 import numpy as np
 
 from spec_decode.core.coupled import is_coupled
-from spec_decode.core.generate import TokenCallback, chain_step, generate, tree_step
+from spec_decode.core.generate import TokenCallback, generate
 from spec_decode.core.models import Model
 from spec_decode.core.noise import positional_source
 from spec_decode.core.protocols import Drafter, KPolicy, TreeDrafter
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.rules import Rule, exact_rule
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.steps import chain_step, tree_step
 from spec_decode.core.trace import Trace
 from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import TreeRule, verify_tree

@@ -47,9 +47,10 @@ from spec_decode.core.errors import BadRequest
 from spec_decode.core.generate import generate
 from spec_decode.core.processors import LogitBias, Penalties
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.steps import StepFunction
 from spec_decode.drafting.auto import suffix_drafter
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.rule_choice import rule_by_name
+from spec_decode.drafting.rule_choice import RuleChoice, rule_by_name
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 from spec_decode.serving.completion import Completion, Piece, StepCallback
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig, default_k, draft_may_pay
@@ -249,25 +250,8 @@ class Engine:
         # under the coupled rule the drafts (and so the history) never change the output
         reads_history = choice.coupled or sampling.temperature == 0 or seed is None
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
-        grammar = self.grammar_tokenizer if request.grammar is not None else None
-        target = processed(self.target.model, request, grammar)
-        draft = processed(self.draft.model, request, grammar) if self.draft is not None else None
-        recorder = None
-        if request.logprobs is not None:
-            recorder = RowRecorder(target, request.logprobs)
         with self._lock:
-            shared = self.history if reads_history and self.config.shared_history else None
-            step = request_step(
-                self.config,
-                recorder or target,
-                draft,
-                sampling,
-                choice=choice,
-                k=self.k,
-                target_only=request.target_only,
-                costs=self.costs,
-                suffix=self._suffix_drafter(shared) if self.costs is not None else None,
-            )
+            step, recorder = self._request_step(request, choice, reads_history)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
             cached = self._prepare_caches(ids)
 
@@ -311,6 +295,29 @@ class Engine:
             trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first,
             logprobs if recorder is not None else None,
         )  # fmt: skip
+
+    def _request_step(
+        self, request: GenerationRequest, choice: RuleChoice, reads_history: bool
+    ) -> tuple[StepFunction, RowRecorder | None]:
+        """The request's step function over the models with its processors, and the recorder
+        of its rows when it asks for logprobs (:mod:`.steps`)."""
+        grammar = self.grammar_tokenizer if request.grammar is not None else None
+        target = processed(self.target.model, request, grammar)
+        draft = processed(self.draft.model, request, grammar) if self.draft is not None else None
+        recorder = None if request.logprobs is None else RowRecorder(target, request.logprobs)
+        shared = self.history if reads_history and self.config.shared_history else None
+        step = request_step(
+            self.config,
+            recorder or target,
+            draft,
+            request.sampling,
+            choice=choice,
+            k=self.k,
+            target_only=request.target_only,
+            costs=self.costs,
+            suffix=self._suffix_drafter(shared) if self.costs is not None else None,
+        )
+        return step, recorder
 
     def _prepare_caches(self, prompt: list[int]) -> int:
         """Keep what each model's cache may reuse for ``prompt`` (nothing without

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from spec_decode.core.generate import StepFunction
 from spec_decode.core.randomness import RandomSource
+from spec_decode.core.steps import StepFunction
 from spec_decode.core.trace import Step, Trace
 from spec_decode.serving.text import IncrementalText
 

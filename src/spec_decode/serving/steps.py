@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from spec_decode.constraints.grammar import GrammarMask
-from spec_decode.core.generate import ONLY, PolicyPlanner, StepFunction, target_step, tree_step
 from spec_decode.core.processors import Processor, with_processors
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.core.steps import ONLY, PolicyPlanner, StepFunction, target_step, tree_step
 from spec_decode.drafting.auto import auto_planner
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter

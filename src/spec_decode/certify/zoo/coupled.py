@@ -10,9 +10,9 @@ the step, is :class:`~spec_decode.certify.zoo.positional.StepRelativeNoise`).
 from __future__ import annotations
 
 from spec_decode.core.coupled import CoupledRule
-from spec_decode.core.generate import StepFunction
 from spec_decode.core.noise import require_positional
 from spec_decode.core.randomness import RandomSource
+from spec_decode.core.steps import StepFunction
 from spec_decode.core.trace import Step, Trace
 
 
