@@ -11,7 +11,8 @@ from spec_decode.cli.calibrate import calibrate_command
 from spec_decode.cli.generate import generate_command
 from spec_decode.cli.models import models_app
 from spec_decode.cli.serve import serve_command
-from spec_decode.cli.toy import run, sweep_command, verify
+from spec_decode.cli.toy import run, sweep_command
+from spec_decode.cli.verify import verify
 
 app = typer.Typer(
     help="Exact speculative decoding, certified by running code.",

@@ -107,59 +107,65 @@ def _user_code(rule: str | None, drafter: str | None, tree_rule: str | None) -> 
     return chosen
 
 
+#: The options of ``audit`` (named here so the command reads as what it does).
+RuleArgument = Annotated[
+    str | None,
+    typer.Argument(
+        help="Verification rule to audit, as module:attribute, zoo:NAME or hf:NAME (default: ours)."
+    ),
+]
+DrafterOption = Annotated[
+    str | None,
+    typer.Option(help="Drafter to audit, as module:attribute (object or plain callable)."),
+]
+TreeRuleOption = Annotated[
+    str | None,
+    typer.Option(help="Tree rule (p, tree, rng) -> tokens to audit, as module:attribute."),
+]
+ZooFlag = Annotated[
+    bool,
+    typer.Option("--zoo", help="Audit every entry of spec_decode.certify.zoo and the controls."),
+]
+StatisticalFlag = Annotated[
+    bool, typer.Option("--statistical", help="Judge by seeded chi-square tests instead.")
+]
+ToleranceOption = Annotated[
+    float,
+    typer.Option(min=0.0, help="Largest exact TV still counted as PASS (float32 code: 1e-6)."),
+]
+CaseOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Audit only this case of the grid, by index or a piece of its name "
+        "(repeatable), e.g. --case 'k=8' --case 'V=6'.",
+    ),
+]
+CaseTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        min=0.001,
+        help="Seconds one case may run before the code under test is stopped (ERROR).",
+    ),
+]
+AuditTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        min=0.001,
+        help="Seconds the whole audit (every zoo entry together) may run (ERROR past it).",
+    ),
+]
+
+
 def audit_command(
-    rule: Annotated[
-        str | None,
-        typer.Argument(
-            help="Verification rule to audit, as module:attribute, zoo:NAME or hf:NAME "
-            "(default: ours)."
-        ),
-    ] = None,
-    drafter: Annotated[
-        str | None,
-        typer.Option(help="Drafter to audit, as module:attribute (object or plain callable)."),
-    ] = None,
-    tree_rule: Annotated[
-        str | None,
-        typer.Option(help="Tree rule (p, tree, rng) -> tokens to audit, as module:attribute."),
-    ] = None,
-    zoo: Annotated[
-        bool,
-        typer.Option(
-            "--zoo", help="Audit every entry of spec_decode.certify.zoo and the controls."
-        ),
-    ] = False,
-    statistical: Annotated[
-        bool, typer.Option("--statistical", help="Judge by seeded chi-square tests instead.")
-    ] = False,
-    tolerance: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            help="Largest exact TV still counted as PASS (float32 code: 1e-6).",
-        ),
-    ] = EXACT_TV_TOLERANCE,
-    case: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Audit only this case of the grid, by index or a piece of its name "
-            "(repeatable), e.g. --case 'k=8' --case 'V=6'.",
-        ),
-    ] = None,
-    case_timeout: Annotated[
-        float,
-        typer.Option(
-            min=0.001,
-            help="Seconds one case may run before the code under test is stopped (ERROR).",
-        ),
-    ] = CASE_TIMEOUT,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            min=0.001,
-            help="Seconds the whole audit (every zoo entry together) may run (ERROR past it).",
-        ),
-    ] = AUDIT_TIMEOUT,
+    rule: RuleArgument = None,
+    drafter: DrafterOption = None,
+    tree_rule: TreeRuleOption = None,
+    zoo: ZooFlag = False,
+    statistical: StatisticalFlag = False,
+    tolerance: ToleranceOption = EXACT_TV_TOLERANCE,
+    case: CaseOption = None,
+    case_timeout: CaseTimeoutOption = CASE_TIMEOUT,
+    timeout: AuditTimeoutOption = AUDIT_TIMEOUT,
     seed: Seed = 0,
     as_json: AsJson = False,
 ) -> None:
@@ -208,14 +214,21 @@ def audit_command(
         payload = {name: _audit_json(report) for name, report in reports.items()}
         print_json(payload if zoo else next(iter(payload.values())))
     else:
-        table = Table()
-        table.add_column("audited", min_width=max(len(n) for n, _, _ in entries), no_wrap=True)
-        for column in ("verdict", "evidence", *(["expected"] if zoo else [])):
-            table.add_column(column)
-        for name, _, expected in entries:
-            verdict, evidence = _audit_row(reports[name])
-            colour = "green" if verdict == "PASS" else "red"
-            table.add_row(name, f"[{colour}]{verdict}[/]", evidence, *([expected] if zoo else []))
-        console.print(table)
+        _print_table(entries, reports, zoo)
     if any(reports[name].verdict != (expected or "PASS") for name, _, expected in entries):
         raise typer.Exit(1)
+
+
+def _print_table(
+    entries: list[tuple[str, dict, str | None]], reports: dict[str, AuditReport], zoo: bool
+) -> None:
+    """One row per audited entry: verdict, evidence and (for the zoo) the expected verdict."""
+    table = Table()
+    table.add_column("audited", min_width=max(len(n) for n, _, _ in entries), no_wrap=True)
+    for column in ("verdict", "evidence", *(["expected"] if zoo else [])):
+        table.add_column(column)
+    for name, _, expected in entries:
+        verdict, evidence = _audit_row(reports[name])
+        colour = "green" if verdict == "PASS" else "red"
+        table.add_row(name, f"[{colour}]{verdict}[/]", evidence, *([expected] if zoo else []))
+    console.print(table)

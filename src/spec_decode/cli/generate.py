@@ -52,6 +52,7 @@ from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.completion import Completion, Piece
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import GenerationRequest
 
 console = Console(stderr=True)
 
@@ -114,16 +115,7 @@ def generate_command(
     except (ValueError, FileNotFoundError) as error:
         console.print(f"[red]error:[/] {error}")
         raise typer.Exit(2) from error
-    variants = [("target-only" if no_draft else "speculative", no_draft)]
-    if compare and not no_draft:
-        variants.append(("target-only", True))
-    engine.warm_up()
-    runs: dict[str, Completion] = {}
-    for label, target_only in variants:
-        engine.forget()  # every timed run reads its prompt from an empty cache
-        stream = _print_text if not as_json and not runs else None
-        run = dataclasses.replace(request, target_only=target_only)
-        runs[label] = engine.generate(run, on_step=stream)
+    runs = _run(engine, request, no_draft=no_draft, compare=compare, stream=not as_json)
     payload: dict[str, object] = {
         "backend": engine.backend,
         "target": target,
@@ -137,6 +129,39 @@ def generate_command(
         "rule": rule,
         "penalties": {"frequency": frequency_penalty, "presence": presence_penalty},
         "json_schema": None if json_schema is None else str(json_schema),
+        **_figures(engine, request, runs),
+    }
+    if as_json:
+        print_json(payload)
+        return
+    sys.stdout.write("\n")
+    _print_summary(payload, runs)
+
+
+def _run(
+    engine: Engine, request: GenerationRequest, *, no_draft: bool, compare: bool, stream: bool
+) -> dict[str, Completion]:
+    """The request decoded as asked (and target-only too with ``compare``), each from an empty
+    cache; the first run's text printed as it comes with ``stream``."""
+    variants = [("target-only" if no_draft else "speculative", no_draft)]
+    if compare and not no_draft:
+        variants.append(("target-only", True))
+    engine.warm_up()
+    runs: dict[str, Completion] = {}
+    for label, target_only in variants:
+        engine.forget()  # every timed run reads its prompt from an empty cache
+        on_step = _print_text if stream and not runs else None
+        run = dataclasses.replace(request, target_only=target_only)
+        runs[label] = engine.generate(run, on_step=on_step)
+    return runs
+
+
+def _figures(
+    engine: Engine, request: GenerationRequest, runs: dict[str, Completion]
+) -> dict[str, object]:
+    """What was measured: prompt length, load times, each run's figures and, beside
+    target-only, the speedup and whether the tokens are identical."""
+    figures: dict[str, object] = {
         "prompt_tokens": len(request.prompt),
         "load_seconds": {
             "target": engine.target.seconds,
@@ -147,13 +172,9 @@ def generate_command(
     if len(runs) == 2:
         spec, base = (runs[label].figures() for label in ("speculative", "target-only"))
         rates = [float(f["tokens_per_second"]) for f in (spec, base)]  # type: ignore[arg-type]
-        payload["speedup"] = rates[0] / rates[1] if rates[1] else float("nan")
-        payload["identical_tokens"] = spec["token_ids"] == base["token_ids"]
-    if as_json:
-        print_json(payload)
-        return
-    sys.stdout.write("\n")
-    _print_summary(payload, runs)
+        figures["speedup"] = rates[0] / rates[1] if rates[1] else float("nan")
+        figures["identical_tokens"] = spec["token_ids"] == base["token_ids"]
+    return figures
 
 
 def read_schema(path: Path) -> dict[str, Any]:

@@ -68,7 +68,7 @@ def serve_command(
     """Serve exact speculative decoding behind an OpenAI-compatible API (chat and completions,
     streamed or not), one generation at a time, with a bounded queue."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (checked here: the extra's error before any model loads)
 
         from spec_decode.serving.engine import Engine
         from spec_decode.serving.server import create_app
@@ -98,6 +98,19 @@ def serve_command(
     settings = Settings(model_name, api_key or None, max_tokens, grace_s=grace)
     app = create_app(worker, settings)
 
+    _run_until_stopped(app, worker, host=host, port=port, grace=grace, model_name=model_name)
+    loaded = "draft loaded" if worker.engine.draft else "draft not loaded"
+    console.print(f"stopped ({loaded}; {worker.engine.history.version} requests in the history)")
+
+
+def _run_until_stopped(
+    app: Any, worker: Any, *, host: str, port: int, grace: float, model_name: str
+) -> None:
+    """Serve ``app`` with uvicorn until SIGTERM or Ctrl-C, then give the running generation
+    ``grace`` seconds (:meth:`~spec_decode.serving.worker.Worker.close`) and wait for the
+    worker."""
+    import uvicorn
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             worker.close(grace)
@@ -119,5 +132,3 @@ def serve_command(
         signal.signal(sig, lambda *_: None)  # after shutdown: let it land here, then exit 0
     server.run()
     worker.join()
-    loaded = "draft loaded" if worker.engine.draft else "draft not loaded"
-    console.print(f"stopped ({loaded}; {worker.engine.history.version} requests in the history)")

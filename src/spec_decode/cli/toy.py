@@ -1,5 +1,5 @@
-"""The toy commands: ``verify`` (certify exactness), ``run`` (one toy generation beside exact
-theory) and ``sweep`` (every agreement x k)."""
+"""The toy commands: ``run`` (one toy generation beside exact theory) and ``sweep`` (every
+agreement x k)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from spec_decode.certify.closed_form import MAX_PAIRS, certify_closed_form
-from spec_decode.certify.exhaustive import certify_exhaustive
-from spec_decode.certify.grid import DEFAULT_CASES, FULL_CASES, ExhaustiveCase, describe
-from spec_decode.certify.reference import TV_TOLERANCE
 from spec_decode.cli.options import (
     AsJson,
     Confidence,
@@ -37,6 +33,7 @@ from spec_decode.cli.rule_option import RuleOption, rule_option
 from spec_decode.drafting.policies import POLICY_NAMES, optimal_k
 from spec_decode.toy.experiments import (
     DEFAULT_AGREEMENTS,
+    RunResult,
     ToySetup,
     TreeRunResult,
     run_experiment,
@@ -44,69 +41,15 @@ from spec_decode.toy.experiments import (
     sweep,
 )
 
-
-def _case_name(case: ExhaustiveCase) -> str:
-    return (
-        f"V={case.vocab}, k={case.k}, order {case.order}, {case.n_tokens} tokens, "
-        f"{describe(case.sampling)}"
-    )
-
-
-def verify(
-    pairs: Annotated[
-        int,
-        typer.Option(min=1, max=MAX_PAIRS, help=f"Random (p, q) pairs (at most {MAX_PAIRS:,})."),
-    ] = 10_000,
-    exhaustive: Annotated[
-        bool,
-        typer.Option(
-            "--exhaustive",
-            help="Enumerate the generator on the full grid (vocabularies 2-4, k 1-3, orders 1-2, "
-            "every sampling control, then k 4-8 on V=2 and V=5-6; a few minutes) instead of "
-            "the quick default grid.",
-        ),
-    ] = False,
-    seed: Seed = 0,
-    as_json: AsJson = False,
-) -> None:
-    """Certify exactness: closed form over random pairs, and the generator itself enumerated."""
-    with progress("closed form over random (p, q) pairs", pairs, not as_json) as advance:
-        closed = certify_closed_form(pairs, seed, on_progress=advance)
-    cases = FULL_CASES if exhaustive else DEFAULT_CASES
-    with progress("enumerating the generator", len(cases), not as_json) as advance:
-        enumerated = certify_exhaustive(cases, seed, on_progress=advance)
-    passed = closed.passed and enumerated.passed
-    if as_json:
-        print_json(
-            {
-                "max_tv": closed.max_tv,
-                "pairs": closed.pairs,
-                "exhaustive_tv": enumerated.max_tv,
-                "paths": enumerated.paths,
-                "exhaustive_cases": enumerated.cases,
-                "pass": passed,
-            }
-        )
-    else:
-        console.print(
-            f"closed form: max total-variation distance (induced vs target) over "
-            f"{closed.pairs:,} random (p, q) pairs: {closed.max_tv:.3g} "
-            f"(worst family: {closed.worst_family})"
-        )
-        console.print(
-            f"exhaustive:  max total-variation distance (generator vs target) over "
-            f"{enumerated.cases} enumerated cases, {enumerated.paths:,} execution paths: "
-            f"{enumerated.max_tv:.3g}"
-        )
-        if enumerated.worst_case is not None:
-            console.print(f"worst case:  {_case_name(enumerated.worst_case)}")
-        console.print(f"tolerance {TV_TOLERANCE:g}")
-        if passed:
-            console.print("[green]PASS[/] — the emitted distribution equals the target's, exactly.")
-        else:
-            console.print("[red]FAIL[/] — the emitted distribution differs from the target's.")
-    if not passed:
-        raise typer.Exit(1)
+#: ``toy run --policy``: how k is chosen before each step.
+ToyPolicy = Annotated[
+    str,
+    typer.Option(
+        help=f"How k is chosen before each step, one of {', '.join(POLICY_NAMES)}: fixed; "
+        "schedule (+2 after a fully accepted step, -1 after a rejection); cost (the k of best "
+        "expected speedup at the running alpha and --draft-cost). Adaptive ones start at --k.",
+    ),
+]
 
 
 def run(
@@ -114,14 +57,7 @@ def run(
         float, typer.Option(min=0.0, max=1.0, help="Draft agreement a: q = a p + (1 - a) r.")
     ] = 0.8,
     k: K = 4,
-    policy: Annotated[
-        str,
-        typer.Option(
-            help=f"How k is chosen before each step, one of {', '.join(POLICY_NAMES)}: fixed; "
-            "schedule (+2 after a fully accepted step, -1 after a rejection); cost (the k of best "
-            "expected speedup at the running alpha and --draft-cost). Adaptive ones start at --k.",
-        ),
-    ] = "fixed",
+    policy: ToyPolicy = "fixed",
     k_max: Annotated[int, typer.Option(min=1, help="Largest k an adaptive policy may pick.")] = 16,
     confidence: Confidence = 0.0,
     tree: TreeWidths = None,
@@ -186,6 +122,27 @@ def run(
     if as_json:
         print_json(result.to_dict())
         return
+    _print_chain_run(
+        result, agreement=agreement, k=k, vocab=vocab, order=order, seed=seed, rule=rule,
+        policy=policy, k_max=k_max, confidence=confidence, draft_cost=draft_cost,
+    )  # fmt: skip
+
+
+def _print_chain_run(
+    result: RunResult,
+    *,
+    agreement: float,
+    k: int,
+    vocab: int,
+    order: int,
+    seed: int,
+    rule: str,
+    policy: str,
+    k_max: int,
+    confidence: float,
+    draft_cost: float,
+) -> None:
+    """A chain run's measured figures beside the exact expectation, as a table."""
     console.print(
         f"generated {result.tokens} tokens  (draft agreement {agreement:g}, k={k}, "
         f"vocabulary {vocab}, order {order}, seed {seed}, {rule} rule)"
