@@ -1,9 +1,10 @@
 """The interfaces the generation loop calls: drafters (chains and trees), k policies, planners.
 
 They live in core because its step functions (:mod:`spec_decode.core.steps`) call them; the
-implementations live one layer up, in :mod:`spec_decode.drafting`. Exactness asks one thing of a drafter: each token
-really was drawn from the q row reported for it. It asks one thing of a policy or a planner: the
-choice is made from the past (context and trace), never from the step's own random draws.
+implementations live one layer up, in :mod:`spec_decode.drafting`. Exactness asks one thing of a
+drafter: each token really was drawn from the q row reported for it. It asks one thing of a
+policy or a planner: the choice is made from the past (context and trace), never from the step's
+own random draws.
 """
 
 from __future__ import annotations
