@@ -27,7 +27,6 @@ import argparse
 import time
 
 import numpy as np
-import torch
 from _common import (
     HANDWRITTEN_PROMPTS as PROMPTS,
 )
@@ -36,7 +35,6 @@ from _common import (
     SETTINGS,
     RunRecord,
     greedy_identity,
-    hf_record,
     identity_lines,
     interleaved,
     load_transformers_pair,
@@ -45,43 +43,12 @@ from _common import (
     summarize_cases,
     write_results,
 )
-from _hf import CallCounter
+from _hf import CallCounter, run_hf
 
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.transformers import TransformersModel
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.drafting.speculative import generate_speculative
-
-
-def run_hf(
-    target: TransformersModel,
-    draft: TransformersModel | None,
-    counters: dict[str, CallCounter],
-    ids: list[int],
-    temperature: float,
-    tokens: int,
-    seed: int,
-) -> dict[str, object]:
-    torch.manual_seed(seed)
-    before = {name: c.calls for name, c in counters.items()}
-    kwargs: dict[str, object] = {"do_sample": False}
-    if temperature > 0:
-        kwargs = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-    input_ids = torch.tensor([ids])
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = target.model.generate(
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            assistant_model=None if draft is None else draft.model,
-            max_new_tokens=tokens,
-            min_new_tokens=tokens,
-            **kwargs,
-        )
-    seconds = time.perf_counter() - start
-    passes = counters["target"].calls - before["target"]
-    draft_calls = counters["draft"].calls - before["draft"]
-    return hf_record(out[0, len(ids) :].tolist(), seconds, passes, draft_calls)
 
 
 def profile_step(
