@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -21,11 +22,37 @@ SAMPLES = 6_000  # detects TV >= 0.053 with probability 0.99 on the toy pair's 2
 
 def test_the_exact_joint_is_the_product_of_the_plain_rows():
     engine = ToyEngine()
-    joint = exact_joint(engine, [0], 2, WARPED)
-    assert sum(joint.values()) == pytest.approx(1.0, abs=1e-12)
+    joint, pooled = exact_joint(engine, [0], 2, WARPED)
+    assert pooled == 0.0 and sum(joint.values()) == pytest.approx(1.0, abs=1e-12)
     first = engine.target_probs([0], WARPED)
     for (a, b), mass in joint.items():
         assert mass == pytest.approx(first[a] * engine.target_probs([0, a], WARPED)[b])
+
+
+class Binned:
+    """A toy engine read as a real model's would be: only its rows' ``listed`` likeliest tokens,
+    and continuations below ``min_mass`` pooled."""
+
+    def __init__(self, engine, listed: int, min_mass: float) -> None:
+        self.engine, self.listed, self.min_mass = engine, listed, min_mass
+        self.vocab_size, self.generate = engine.vocab_size, engine.generate
+
+    def target_probs(self, prefix, sampling):
+        row = np.array(self.engine.target_probs(prefix, sampling), dtype=float)
+        row[np.argsort(row)[: -self.listed]] = 0.0
+        return row
+
+
+def test_a_binned_joint_pools_the_tail_and_still_judges():
+    """Rows cut to their 2 likeliest of 6 tokens, sequences under 0.02 pooled: the pooled cell
+    holds what is missing, the exact engine PASSes and a zoo bug still FAILs."""
+    joint, pooled = exact_joint(Binned(ToyEngine(), 2, 0.02), [0], 3, WARPED, min_mass=0.02)
+    assert 0 < pooled < 1 and sum(joint.values()) + pooled == pytest.approx(1.0, abs=1e-12)
+    assert all(mass >= 0.02 for mass in joint.values())
+    exact = audit_engine(Binned(ToyEngine(), 2, 0.02), samples=SAMPLES, sampling=WARPED)
+    broken = audit_engine(Binned(ToyEngine("raw-q"), 2, 0.02), samples=SAMPLES, sampling=WARPED)
+    assert exact.verdict == "PASS" and exact.pooled == pytest.approx(pooled)
+    assert broken.verdict == "FAIL"
 
 
 @pytest.mark.parametrize("name", ["ours", "ours:penalties", *(f"control:{c}" for c in CONTROLS)])

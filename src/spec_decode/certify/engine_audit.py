@@ -7,9 +7,11 @@ decoding under ``sampling`` (its sampler chain applied: ``sampling.warp`` for ou
 ``generate(prefix, n_tokens, sampling, seed)``, its speculative generation, doing everything
 itself (drafting, verification, caches, random numbers); an adapter may also name the
 ``prefix`` its audits start from (default ``(0,)``). The auditor computes
-the exact joint of the first ``tokens`` tokens from ``target_probs`` (every sequence, on the
-small vocabularies this is for), draws ``samples`` generations with seeds 0, 1, ..., and tests
-the counts against that joint:
+the exact joint of the first ``tokens`` tokens from ``target_probs`` (every sequence on a small
+vocabulary), draws ``samples`` generations with seeds 0, 1, ..., and tests the counts against
+that joint. On a real model's vocabulary the joint is binned: an adapter names ``min_mass``, and
+sequences of lower reference probability are pooled into one cell, with whatever mass its rows
+leave unlisted (an engine that reports only its most likely tokens):
 
 * a chi-square test at the stated false-alarm rate (cells of small expected count pooled:
   :func:`~spec_decode.certify.goodness_of_fit.chi_square_test`); the verdict is FAIL when it
@@ -22,7 +24,7 @@ the counts against that joint:
   95th percentile of the plug-in TV of an exact engine at this sample size (counts drawn from
   the exact joint), against which the plug-in TV itself can be read.
 
-A sequence the reference gives probability 0 fails the audit outright.
+Where nothing is pooled, a sequence the reference gives probability 0 fails the audit outright.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ from spec_decode.core.sampling import SamplingParams
 MAX_CELLS = 100_000
 #: The power at which the report states the detectable TV.
 POWER = 0.99
+#: Unlisted mass below this is the rounding of rows that sum to 1 (float32 ones too), not a
+#: pooled tail; the joint is renormalized over it.
+POOLING_TOLERANCE = 1e-6
+#: The cell of every sequence the joint pools (:func:`exact_joint`).
+POOLED = ("pooled",)
 
 
 class EngineAdapter(Protocol):
@@ -62,7 +69,8 @@ class EngineAuditReport:
     how many tokens, the cells compared, the test's p-value at its false-alarm rate, the TV it
     detects with probability :data:`POWER`, the plug-in TV, the bias-corrected TV estimate with
     its 95 % interval, the 95th percentile of an exact engine's plug-in TV, the seconds taken,
-    and ``problem`` when the engine emitted what plain decoding never does."""
+    ``problem`` when the engine emitted what plain decoding never does, and the reference mass
+    ``pooled`` into one cell (0 when every sequence is listed)."""
 
     verdict: str
     samples: int
@@ -77,27 +85,40 @@ class EngineAuditReport:
     exact_tv_95: float
     seconds: float
     problem: str | None = None
+    pooled: float = 0.0
 
 
 def exact_joint(
-    engine: EngineAdapter, prefix: Sequence[int], tokens: int, sampling: SamplingParams
-) -> dict[tuple[int, ...], float]:
+    engine: EngineAdapter,
+    prefix: Sequence[int],
+    tokens: int,
+    sampling: SamplingParams,
+    min_mass: float = 0.0,
+) -> tuple[dict[tuple[int, ...], float], float]:
     """The probability of every continuation of ``tokens`` tokens under the engine's plain
-    decoding (continuations of probability 0 left out)."""
+    decoding (continuations of probability 0 left out), and the mass pooled: what a row leaves
+    unlisted (an engine that reports only its most likely tokens), and continuations below
+    ``min_mass``, which are not grown further (the long tail of a real vocabulary)."""
     joint: dict[tuple[int, ...], float] = {(): 1.0}
+    pooled = 0.0
     for _ in range(tokens):
         grown: dict[tuple[int, ...], float] = {}
         for sequence, mass in joint.items():
             row = np.asarray(engine.target_probs([*prefix, *sequence], sampling), dtype=float)
+            pooled += mass * max(0.0, 1.0 - float(row.sum()))
             for token in np.flatnonzero(row > 0):
-                grown[(*sequence, int(token))] = mass * float(row[token])
+                cell = mass * float(row[token])
+                if cell < min_mass:
+                    pooled += cell
+                else:
+                    grown[(*sequence, int(token))] = cell
         if len(grown) > MAX_CELLS:
             raise ValueError(
                 f"the exact joint has {len(grown):,} sequences, above the limit of "
                 f"{MAX_CELLS:,}: audit fewer tokens or a smaller vocabulary"
             )
         joint = grown
-    return joint
+    return joint, pooled if pooled > POOLING_TOLERANCE else 0.0
 
 
 def audit_engine(
@@ -121,7 +142,7 @@ def audit_engine(
     sampling = sampling or SamplingParams()
     prefix = getattr(engine, "prefix", (0,)) if prefix is None else prefix
     start = time.perf_counter()
-    joint = exact_joint(engine, prefix, tokens, sampling)
+    joint, pooled = exact_joint(engine, prefix, tokens, sampling, getattr(engine, "min_mass", 0.0))
     counts: Counter[tuple[int, ...]] = Counter()
     step = max(samples // 100, 1)
     drawn = 0
@@ -133,7 +154,13 @@ def audit_engine(
         drawn += 1
         if on_progress is not None and drawn % step == 0:
             on_progress(step)
-    return _report(joint, counts, drawn, tokens, false_alarm_rate, time.perf_counter() - start)
+    if pooled:  # what the joint does not list counts in its one pooled cell
+        merged: Counter[tuple] = Counter()
+        for cell, n in counts.items():
+            merged[cell if cell in joint else POOLED] += n
+        counts, joint = merged, {**joint, POOLED: pooled}
+    seconds = time.perf_counter() - start
+    return _report(joint, counts, drawn, tokens, false_alarm_rate, seconds, pooled)
 
 
 def _report(
@@ -143,10 +170,14 @@ def _report(
     tokens: int,
     false_alarm_rate: float,
     seconds: float,
+    pooled: float = 0.0,
 ) -> EngineAuditReport:
     unexpected = sorted(set(counts) - set(joint))
     cells = list(joint) + unexpected
     reference = np.array([joint.get(c, 0.0) for c in cells])
+    if abs(reference.sum() - 1) > POOLING_TOLERANCE:
+        raise ValueError(f"the reference rows sum to {reference.sum():.9f} over the joint, not 1")
+    reference /= reference.sum()  # rounding only
     observed = np.array([counts.get(c, 0) for c in cells], dtype=float)
     test = chi_square_test(observed, reference, false_alarm_rate)
     tv = 0.5 * float(np.abs(observed / drawn - reference).sum())
@@ -171,6 +202,7 @@ def _report(
         exact_tv_95=float(np.percentile(_resampled_tv(reference, reference, drawn), 95)),
         seconds=seconds,
         problem=problem,
+        pooled=pooled,
     )
 
 

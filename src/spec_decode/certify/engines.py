@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spec_decode.certify.engines_llamaserver import MODES as LLAMA_SERVER_MODES
 from spec_decode.certify.zoo.processors import CommittedPrefixOnly
 from spec_decode.certify.zoo.targets import BatchVariant
 from spec_decode.core.models import MarkovModel, Model, draft_from_target, random_markov
@@ -162,9 +163,19 @@ def _llama_cpp_python(mode: str) -> Callable[[], object]:
     return make
 
 
+def _llama_server(mode: str) -> Callable[[], object]:
+    def make() -> object:
+        from spec_decode.certify.engines_llamaserver import LlamaServerEngine
+
+        return LlamaServerEngine(mode, threads=2)
+
+    return make
+
+
 #: name -> factory of each built-in engine (the ``hf:`` ones are transformers' own
 #: generation, :mod:`~spec_decode.certify.engines_hf`; the ``llama-cpp-python:`` ones
-#: llama-cpp-python's, :mod:`~spec_decode.certify.engines_llamacpp`).
+#: llama-cpp-python's, :mod:`~spec_decode.certify.engines_llamacpp`; the ``llama-server:`` ones
+#: llama.cpp's server on the packaged target, :mod:`~spec_decode.certify.engines_llamaserver`).
 ENGINES: dict[str, Callable[[], object]] = {
     "ours": ToyEngine,
     "ours:penalties": lambda: ToyEngine(penalized=True),
@@ -172,4 +183,5 @@ ENGINES: dict[str, Callable[[], object]] = {
     **{f"control:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in CONTROLS},
     **{f"hf:{mode}": _hf(mode) for mode in ("assisted", "prompt-lookup", "plain")},
     **{f"llama-cpp-python:{mode}": _llama_cpp_python(mode) for mode in ("prompt-lookup", "plain")},
+    **{f"llama-server:{mode}": _llama_server(mode) for mode in LLAMA_SERVER_MODES},
 }

@@ -34,6 +34,13 @@ LOGIT_SCALE = 1.5
 CONTEXT = 256  # llama.cpp keeps at least 256 positions
 
 
+def tiny_model_file(file: Path) -> Path:
+    """Write the tiny random GGUF these audits run on (:data:`VOCABULARY`) to ``file``."""
+    weights = tiny_weights(4, logit_scale=LOGIT_SCALE, vocab=len(VOCABULARY))
+    weights["output.weight"][2] = 0.0  # EOS: (almost) never likely, so no early end
+    return write_gguf(file, weights, VOCABULARY, context=CONTEXT)
+
+
 class LlamaCppPythonEngine:
     """``Llama.generate`` with prompt-lookup drafts (``mode`` "prompt-lookup", 3 tokens after a
     match of up to 2) or without (``mode`` "plain"), one thread, on a tiny random GGUF."""
@@ -50,10 +57,7 @@ class LlamaCppPythonEngine:
         if mode not in ("prompt-lookup", "plain"):
             raise ValueError(f"unknown mode {mode!r}; choose prompt-lookup or plain")
         self._folder = tempfile.TemporaryDirectory(prefix="spec-decode-audit-")
-        weights = tiny_weights(4, logit_scale=LOGIT_SCALE, vocab=len(VOCABULARY))
-        weights["output.weight"][2] = 0.0  # EOS: (almost) never likely, so no early end
-        file = Path(self._folder.name) / "tiny.gguf"
-        path = str(write_gguf(file, weights, VOCABULARY, context=CONTEXT))
+        path = str(tiny_model_file(Path(self._folder.name) / "tiny.gguf"))
         draft = LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=3)
         options: dict[str, Any] = {"n_ctx": CONTEXT, "n_threads": 1, "verbose": False}
         self._engine = Llama(
