@@ -45,6 +45,8 @@ def main() -> None:
     sampling = SamplingParams(0.7, top_k=3)
     engines = {}
     for name, make in ENGINES.items():
+        if name.startswith("llama-server:"):  # a real model: bench/real_engine_audits.py
+            continue
         engine = make()
         samples = args.hf_samples if name.startswith("hf:") else args.samples
         report = audit_engine(engine, tokens=args.tokens, samples=samples, sampling=sampling)
