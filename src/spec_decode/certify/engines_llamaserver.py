@@ -134,6 +134,11 @@ class LlamaServerEngine:
                 "n_probs": self.top, "post_sampling_probs": True}  # fmt: skip
         answer = self._plain.post("/completion", body)
         self._cached = prompt
+        if not answer.get("completion_probabilities"):  # seen with a prompt it holds cached
+            raise RuntimeError(
+                f"llama-server gave no probabilities for a {len(prompt)}-token prompt it had "
+                "cached; audit fewer tokens"
+            )
         row = np.zeros(self.vocab_size)
         for entry in answer["completion_probabilities"][0]["top_probs"]:
             row[int(entry["id"])] = float(entry["prob"])
