@@ -23,14 +23,16 @@ CHAT_TEMPLATE = (
 )
 
 
-def write_pair(folder: Path, vocabulary: list[str], seed: int) -> tuple[Path, Path]:
-    """Target and a well-matched draft over ``vocabulary``, with the chat template. The EOS row
-    of the output layer is zero, so EOS is (almost) never the most likely token and generations
-    run to their token limit."""
+def write_pair(
+    folder: Path, vocabulary: list[str], seed: int, context: int = CONTEXT
+) -> tuple[Path, Path]:
+    """Target and a well-matched draft over ``vocabulary``, with the chat template and a window
+    of ``context`` tokens. The EOS row of the output layer is zero, so EOS is (almost) never the
+    most likely token and generations run to their token limit."""
     target = tiny_weights(seed, logit_scale=6.0, vocab=len(vocabulary))
     target["output.weight"][EOS] = 0.0
     draft = perturbed(target, seed + 1, 0.05)
-    options = {"context": CONTEXT, "chat_template": CHAT_TEMPLATE}
+    options = {"context": context, "chat_template": CHAT_TEMPLATE}
     return (
         write_gguf(folder / "target.gguf", target, vocabulary, **options),
         write_gguf(folder / "draft.gguf", draft, vocabulary, **options),
