@@ -85,6 +85,19 @@ def test_the_command_lists_audits_and_exits_by_verdict():
         assert runner.invoke(app, ["audit-engine", *bad]).exit_code == 2, bad
 
 
+def test_an_engine_that_cannot_start_is_a_clear_error(tmp_path, monkeypatch):
+    """A server that dies at once (or a model not installed) is exit 2 with a message, not a
+    traceback."""
+    dies = tmp_path / "llama-server"
+    dies.write_text("#!/bin/sh\necho 'no such luck' >&2\nexit 3\n")
+    dies.chmod(0o755)
+    monkeypatch.setenv("SPEC_DECODE_LLAMA_SERVER", str(dies))
+    result = runner.invoke(app, ["audit-engine", "llama-server:plain", "--samples", "10"])
+    assert result.exit_code == 2, result.output
+    assert "error: engine llama-server:plain" in " ".join(result.output.split())
+    assert not isinstance(result.exception, RuntimeError | OSError)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["plain", "assisted"])
 def test_transformers_generation_passes_end_to_end(mode):

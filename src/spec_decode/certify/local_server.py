@@ -37,7 +37,9 @@ class LocalServer:
             )
         while time.perf_counter() - begin < timeout:
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited {self.process.returncode}; see {self.log}")
+                raise RuntimeError(
+                    f"server exited {self.process.returncode}; its log ends: {self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.base}/health", timeout=2) as answer:
                     if answer.status == 200:
@@ -47,6 +49,10 @@ class LocalServer:
             time.sleep(0.25)
         self.stop()
         raise TimeoutError(f"no /health from {shlex.join(self.command)}; see {self.log}")
+
+    def log_tail(self, lines: int = 3) -> str:
+        """The last ``lines`` lines of the log, joined (what a caller shows when it dies)."""
+        return " | ".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def get(self, path: str, timeout: float = 60.0) -> Any:
         """GET ``path``; the JSON answer (``RuntimeError`` on an error status)."""

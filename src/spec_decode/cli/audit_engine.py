@@ -70,6 +70,8 @@ def audit_engine_command(
             )  # fmt: skip
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--tokens") from error
+        except (RuntimeError, OSError) as error:  # the engine broke off: a server died, say
+            _broke(engine, "stopped", error)
     payload = {"engine": engine, **asdict(report)}
     if as_json:
         print_json(payload)
@@ -81,7 +83,12 @@ def audit_engine_command(
 
 def _adapter(name: str) -> Any:
     if name in ENGINES:
-        return ENGINES[name]()
+        try:
+            return ENGINES[name]()
+        except ValueError as error:  # a missing binary or model, named
+            raise typer.BadParameter(str(error), param_hint="ENGINE") from error
+        except (RuntimeError, OSError, ImportError) as error:  # its server died, or no extra
+            _broke(name, "could not start", error)
     try:
         factory = import_code(name, "ENGINE")
     except UnusableCode as error:
@@ -93,6 +100,12 @@ def _adapter(name: str) -> Any:
             f"{name} gives an object without {', '.join(missing)}", param_hint="ENGINE"
         )
     return adapter
+
+
+def _broke(name: str, what: str, error: Exception) -> None:
+    """The engine ``name`` failed outside the audit's control: say so, exit 2, no traceback."""
+    console.print(f"[red]error:[/] engine {name} {what}: {error}")
+    raise typer.Exit(2)
 
 
 def _print(payload: dict[str, Any]) -> None:
