@@ -172,10 +172,20 @@ def _llama_server(mode: str) -> Callable[[], object]:
     return make
 
 
+def _vllm(mode: str) -> Callable[[], object]:
+    def make() -> object:
+        from spec_decode.certify.engines_vllm import VLLMEngine
+
+        return VLLMEngine(mode)
+
+    return make
+
+
 #: name -> factory of each built-in engine (the ``hf:`` ones are transformers' own
 #: generation, :mod:`~spec_decode.certify.engines_hf`; the ``llama-cpp-python:`` ones
 #: llama-cpp-python's, :mod:`~spec_decode.certify.engines_llamacpp`; the ``llama-server:`` ones
-#: llama.cpp's server on the packaged target, :mod:`~spec_decode.certify.engines_llamaserver`).
+#: llama.cpp's server on the packaged target, :mod:`~spec_decode.certify.engines_llamaserver`;
+#: the ``vllm:`` ones vLLM's CPU build on a tiny model, :mod:`~spec_decode.certify.engines_vllm`).
 ENGINES: dict[str, Callable[[], object]] = {
     "ours": ToyEngine,
     "ours:penalties": lambda: ToyEngine(penalized=True),
@@ -184,4 +194,5 @@ ENGINES: dict[str, Callable[[], object]] = {
     **{f"hf:{mode}": _hf(mode) for mode in ("assisted", "prompt-lookup", "plain")},
     **{f"llama-cpp-python:{mode}": _llama_cpp_python(mode) for mode in ("prompt-lookup", "plain")},
     **{f"llama-server:{mode}": _llama_server(mode) for mode in LLAMA_SERVER_MODES},
+    **{f"vllm:{mode}": _vllm(mode) for mode in ("ngram", "plain")},
 }

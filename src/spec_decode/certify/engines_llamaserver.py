@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from spec_decode.certify.local_server import LocalServer
+from spec_decode.certify.local_server import LocalServer, free_port
 from spec_decode.core.sampling import SamplingParams
 
 #: What drafts, by mode ("plain": no speculation, the control that checks the adapter itself).
@@ -111,7 +110,7 @@ class LlamaServerEngine:
         self.drafted = self.accepted = 0  # the speculative server's drafts, as it reports them
 
     def _start(self, command: list[str], log: Path) -> LocalServer:
-        port = _free_port()
+        port = free_port()
         server = LocalServer([*command, "--port", str(port)], port, log)
         server.start()
         self._servers.append(server)
@@ -200,9 +199,3 @@ def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

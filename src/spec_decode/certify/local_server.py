@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -86,3 +87,10 @@ class LocalServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
