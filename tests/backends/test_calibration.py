@@ -238,6 +238,17 @@ def test_a_noisy_measurement_is_repeated(model, caplog):
     assert stored["spread"] == 0
 
 
+def test_a_curve_that_runs_backwards_is_measured_again(model, caplog):
+    """Other work during the one-token rounds alone makes a 2-token pass look cheaper than a
+    one-token pass, with steady repetitions: disturbed all the same."""
+    model.delays = [0.0] + [0.1 if i % 4 == 0 else 0.0 for i in range(3 * 4)]  # size 1, all rounds
+    seconds, _ = calibration.pass_seconds("llama.cpp", model, max_block=4)
+    assert len(model.blocks) == 2 * (1 + 3 * 4)  # measured twice
+    assert seconds == pytest.approx([0.01, 0.02, 0.03, 0.04])
+    assert calibration.inversion([0.11, 0.02, 0.03, 0.04]) == pytest.approx(0.11 / 0.02 - 1)
+    assert calibration.inversion([0.01, 0.02, 0.019, 0.04]) == pytest.approx(0.02 / 0.019 - 1)
+
+
 def test_a_uniformly_slower_machine_is_not_noise(model):
     """Every call slower by the same amount is a steady machine (a stale cache is caught by
     the check on use instead)."""

@@ -61,6 +61,10 @@ CONTEXT = 64
 #: A measurement whose median repetition exceeds its fastest by more than this fraction (median
 #: over block lengths) was disturbed by other work.
 NOISY_SPREAD = 0.25
+#: A longer pass whose median is below a shorter pass's by more than this fraction of its own was
+#: disturbed too: kernel tiles make dips of a few percent, never a 2-token pass cheaper than a
+#: one-token pass (a burst of other work during the one-token rounds alone does that).
+INVERTED = 0.5
 #: How many times a disturbed measurement is repeated before it is kept with a warning.
 ATTEMPTS = 3
 #: A one-token pass timed now that is this many times slower or faster than the cached one
@@ -105,17 +109,31 @@ def spread(times: list[list[float]]) -> float:
     return statistics.median(_excess(t) for t in times)
 
 
+def inversion(medians: list[float]) -> float:
+    """How far the medians run backwards: the most a shorter pass's median exceeds a longer
+    pass's, as a fraction of the longer one (0 for a curve that never falls)."""
+    worst, highest = 0.0, 0.0
+    for seconds in medians:
+        if seconds > 0:
+            worst = max(worst, highest / seconds - 1)
+        highest = max(highest, seconds)
+    return worst
+
+
 def measure_quietly(
     model: Model, max_block: int = MAX_BLOCK, repetitions: int = 3, attempts: int = ATTEMPTS
 ) -> tuple[list[float], float]:
     """:func:`measure_passes`, repeated (up to ``attempts`` times) while its :func:`spread` is
-    above :data:`NOISY_SPREAD`; the quietest attempt's medians and its spread."""
+    above :data:`NOISY_SPREAD` or its medians run backwards by more than :data:`INVERTED`
+    (:func:`inversion`); the quietest attempt's medians and its noise (the larger of the two
+    measures, each relative to its limit, times :data:`NOISY_SPREAD`)."""
     best: tuple[list[float], float] | None = None
     for _ in range(max(attempts, 1)):
         times = _time_passes(model, max_block, repetitions)
-        noise = spread(times)
+        medians = [statistics.median(t) for t in times]
+        noise = max(spread(times), inversion(medians) * NOISY_SPREAD / INVERTED)
         if best is None or noise < best[1]:
-            best = ([statistics.median(t) for t in times], noise)
+            best = (medians, noise)
         if noise <= NOISY_SPREAD:
             break
     assert best is not None
@@ -276,8 +294,9 @@ def pass_seconds(
     _revalidated.add(file)
     if noise > NOISY_SPREAD:
         log.warning(
-            "the machine was busy while %s was measured (repetitions %.0f%% apart after %d "
-            "attempts); the curve may be off: run %s when it is quiet",
+            "the machine was busy while %s was measured (repetitions %.0f%% apart, or longer "
+            "passes timed cheaper than shorter ones, after %d attempts); the curve may be off: "
+            "run %s when it is quiet",
             key["model"],
             100 * noise,
             ATTEMPTS,
