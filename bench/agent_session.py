@@ -10,7 +10,9 @@ calls the server parsed out of the answer, appends their results, and repeats un
 calls nothing or after ``--turns`` turns. Every turn re-sends the whole conversation (the prompt
 cache serves the shared prefix). Variants: ours (the default policy) and ours target-only
 (``--draft none``: the reference its output must equal), llama-server ``--jinja`` target-only
-and ``--spec-type ngram-simple`` (prompt cache on), the packaged Qwen GGUF in all. Run alone:
+and ``--spec-type ngram-simple`` (prompt cache on), the packaged Qwen GGUF in all. llama-server
+parses no call from this model's answers, so its own sessions end after one turn; it is also sent
+ours's requests turn by turn (:func:`replay`), which times it on the same work. Run alone:
 
     python bench/agent_session.py --llama-server PATH/build/bin/llama-server [--sessions 2]
 
@@ -112,6 +114,7 @@ def session(client: Any, model: str, task: str, turns: int, tokens: int) -> dict
             "seconds": seconds, "tokens": reply.usage.completion_tokens, "calls": len(calls),
             "content": message.content, "finish_reason": reply.choices[0].finish_reason,
             "called": [[c.function.name, c.function.arguments] for c in calls],
+            "request": {"messages": json.loads(json.dumps(messages)), "tool_choice": choice},
         })  # fmt: skip
         said: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
         if calls:
@@ -126,6 +129,25 @@ def session(client: Any, model: str, task: str, turns: int, tokens: int) -> dict
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     passed = run_tool(files, "run_tests", "{}") == "tests passed"
     return {"task": task, "turns": record, "tests_pass": passed,
+            "seconds": sum(t["seconds"] for t in record)}  # fmt: skip
+
+
+def replay(client: Any, model: str, reference: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """Send a server the very requests of a ``reference`` session, turn by turn (the
+    conversation another server's answers and their tool results built), and time its answers:
+    the same prompts and the same prompt-cache reuse, for a server whose own answers would not
+    carry the session on (llama-server parses no call from this model's answers)."""
+    record: list[dict[str, Any]] = []
+    for turn in reference["turns"]:
+        start = time.perf_counter()
+        reply = client.chat.completions.create(
+            model=model, tools=TOOLS, max_tokens=tokens, temperature=0.0, seed=0,
+            **turn["request"],
+        )  # fmt: skip
+        record.append({"seconds": time.perf_counter() - start,
+                       "tokens": reply.usage.completion_tokens,
+                       "calls": len(reply.choices[0].message.tool_calls or [])})  # fmt: skip
+    return {"task": reference["task"], "turns": record,
             "seconds": sum(t["seconds"] for t in record)}  # fmt: skip
 
 
@@ -164,6 +186,20 @@ def markdown(results: dict[str, Any]) -> str:
         ratio = f"{base / seconds:.2f}x" if calls else "not the same work"
         lines.append(f"| {name} | {seconds:.1f} | {ratio} | {turns} | {calls} | "
                      f"{passing} of {len(sessions)} | {same} of {len(sessions)} |")  # fmt: skip
+    lines += [
+        "",
+        "The same requests: every server sent ours's conversation turn by turn (`replay`), so "
+        "each answers the same prompts with the same prompt-cache reuse.",
+        "",
+        "| server | seconds | answer tokens | tokens / s | ours is faster by |",
+        "|---|---|---|---|---|",
+    ]
+    ours = sum(s["seconds"] for s in results["sessions"]["ours"])
+    for name, sessions in {"ours": results["sessions"]["ours"], **results["replays"]}.items():
+        seconds = sum(s["seconds"] for s in sessions)
+        tokens = sum(t["tokens"] for s in sessions for t in s["turns"])
+        lines.append(f"| {name} | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
+                     f"{seconds / ours:.2f}x |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -183,7 +219,7 @@ def main() -> None:
     tasks = [prompt.source_id for prompt in code_edit(args.sessions, 0)]
     log = Path(tempfile.mkdtemp(prefix="agent-session-")) / "servers.log"
     results: dict[str, Any] = {"machine": machine(), "turns": args.turns, "tokens": args.tokens,
-                               "sessions": {}}  # fmt: skip
+                               "sessions": {}, "replays": {}}  # fmt: skip
     for port, (name, command) in enumerate(variants(args, target).items(), start=8110):
         server = Server([*command, "--host", "127.0.0.1", "--port", str(port)], port, log,
                         dict(os.environ))  # fmt: skip
@@ -191,6 +227,11 @@ def main() -> None:
         try:
             client, model = server.client()
             runs = [session(client, model, task, args.turns, args.tokens) for task in tasks]
+            if name.startswith("llama-server"):  # its own answers end the session: replay ours
+                results["replays"][name] = [
+                    replay(client, model, reference, args.tokens)
+                    for reference in results["sessions"]["ours"]
+                ]
         finally:
             server.stop()
         results["sessions"][name] = runs

@@ -22,8 +22,10 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 from _common import RESULTS
 
+from spec_decode.core.checks import leading_matches
 from spec_decode.drafting.auto import auto_planner
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.replay import hindsight_cost, oracle_cost, passes_cost, replay_greedy
@@ -83,6 +85,62 @@ def collect(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps(payload))
 
 
+def copy_candidates(context: list[int], proposals: list[list[int]], depth: int) -> list[list[int]]:
+    """Every copy continuation of ``context``, most recent first: the drafters' ``proposals``,
+    then what followed each earlier occurrence of the longest recurring suffix of 2 to 8
+    tokens, up to ``depth`` tokens each, duplicates dropped."""
+    tokens = np.asarray(context, dtype=np.int64)
+    found: list[list[int]] = [list(p[:depth]) for p in proposals if p]
+    for n in range(min(8, tokens.size - 1), 1, -1):
+        starts = np.ones(tokens.size - n, dtype=bool)
+        for offset in range(n):
+            starts &= tokens[offset : tokens.size - n + offset] == tokens[tokens.size - n + offset]
+        hits = np.flatnonzero(starts)[::-1]
+        if hits.size:
+            found += [tokens[h + n : h + n + depth].tolist() for h in hits]
+            break
+    unique: dict[tuple[int, ...], None] = {}
+    for candidate in found:
+        if candidate:
+            unique.setdefault(tuple(candidate))
+    return [list(c) for c in unique]
+
+
+def tree_hindsight_cost(
+    drafters: dict,
+    prompt: list[int],
+    answer: list[int],
+    costs: CostCurve,
+    k_max: int,
+    widths: tuple[int, ...] = (1, 2, 4, 8),
+) -> float:
+    """:func:`~spec_decode.drafting.replay.hindsight_cost` where a step may verify a token tree:
+    the trie of the first w copy candidates (:func:`copy_candidates`, w in ``widths``) cut at
+    depth k, scored in one pass of (its nodes + 1) rows, emitting the longest candidate prefix
+    the answer follows plus one. What a tree of diverging copies could add to a chain, at best."""
+    n = len(answer)
+    best = [0.0] * (n + 1)
+    for done in range(n - 1, -1, -1):
+        context = [*prompt, *answer[:done]]
+        depth = min(k_max, n - done - 1)
+        proposals = [d.propose_tokens(context, depth) for d in drafters.values()]
+        candidates = copy_candidates(context, proposals, depth)
+        cheapest = 1.0 + best[done + 1]
+        for width in widths:
+            chosen = candidates[:width]
+            matched = [leading_matches(c, answer[done : done + len(c)]) for c in chosen]
+            for k in range(1, depth + 1):
+                nodes = len({tuple(c[:i]) for c in chosen for i in range(1, min(k, len(c)) + 1)})
+                if nodes + 1 > costs.sizes[-1]:
+                    break
+                emitted = min(k, max(matched, default=0)) + 1
+                cheapest = min(cheapest, costs.relative(nodes + 1) + best[done + emitted])
+            if width >= len(candidates):
+                break
+        best[done] = cheapest
+    return best[0]
+
+
 def replay(args: argparse.Namespace) -> None:
     data = json.loads(Path(args.answers).read_text())
     costs = CostCurve(tuple(data["curve"]["sizes"]), tuple(data["curve"]["seconds"]))
@@ -94,6 +152,11 @@ def replay(args: argparse.Namespace) -> None:
         drafters = planner.drafters
         trace = replay_greedy(planner, turn["prompt"], turn["answer"], k_max)
         hindsight = hindsight_cost(drafters, turn["prompt"], turn["answer"], costs, k_max)
+        tree = (
+            tree_hindsight_cost(drafters, turn["prompt"], turn["answer"], costs, k_max)
+            if args.tree
+            else hindsight
+        )
         history.add(turn["prompt"] + turn["answer"])
         blocks = [d for d in trace.drafted_lengths if d]
         rows.append(
@@ -107,6 +170,7 @@ def replay(args: argparse.Namespace) -> None:
                 "blocks": blocks,
                 "ours": passes_cost(trace, costs),
                 "hindsight": hindsight,
+                "tree_hindsight": tree,
                 "oracle": oracle_cost(len(turn["answer"]), costs, k_max + 1),
             }
         )
@@ -115,7 +179,8 @@ def replay(args: argparse.Namespace) -> None:
             print(
                 f"{row['set']:10s} {row['case']:18s} t{row['turn']} {row['tokens']:4d} tokens: "
                 f"{row['tokens'] / row['ours']:.2f} a pass (hindsight "
-                f"{row['tokens'] / hindsight:.2f}, oracle {row['tokens'] / row['oracle']:.2f}); "
+                f"{row['tokens'] / hindsight:.2f}, tree {row['tokens'] / tree:.2f}, "
+                f"oracle {row['tokens'] / row['oracle']:.2f}); "
                 f"{row['plain_passes']} plain of {row['passes']}, blocks {blocks}"
             )
     summary = {}
@@ -124,12 +189,13 @@ def replay(args: argparse.Namespace) -> None:
         tokens = sum(row["tokens"] for row in mine)
         summary[name] = {
             what: tokens / sum(row[what] for row in mine)
-            for what in ("ours", "hindsight", "oracle")
+            for what in ("ours", "hindsight", "tree_hindsight", "oracle")
         } | {"turns": len(mine), "plain_passes": sum(row["plain_passes"] for row in mine)}
         figures = summary[name]
         print(
             f"{name:10s} {len(mine)} turns: {figures['ours']:.3f} tokens a one-token pass "
-            f"(hindsight {figures['hindsight']:.3f}, oracle {figures['oracle']:.3f}), "
+            f"(hindsight {figures['hindsight']:.3f}, with trees {figures['tree_hindsight']:.3f}, "
+            f"oracle {figures['oracle']:.3f}), "
             f"{figures['plain_passes']} plain passes"
         )
     if args.stem:
@@ -155,6 +221,7 @@ def main() -> None:
     r.add_argument("--vocab", type=int, default=151936)
     r.add_argument("--verbose", "-v", action="store_true")
     r.add_argument("--stem", help="write bench/results/STEM.json")
+    r.add_argument("--tree", action="store_true", help="also the hindsight bound with trees")
     args = parser.parse_args()
     (collect if args.command == "collect" else replay)(args)
 
