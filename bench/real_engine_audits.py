@@ -53,7 +53,8 @@ def markdown(results: dict[str, object]) -> str:
             f"{r['samples']:,} | {r['verdict']} | {r['p_value']:.2g} | "
             f"{r['detectable_tv']:.4f} | {r['tv']:.4f} ({low:.4f}-{high:.4f}) | "
             f"{r['plug_in_tv']:.4f} | {r['exact_tv_95']:.4f} | {r['pooled']:.4f} | "
-            f"{r['drafted']:,} / {r['accepted']:,} | {r['seconds']:.0f} |"
+            f"{r['drafted']:,} / {r['accepted']:,}{' (no draft: plain only)' * (not r['drafted'])}"
+            f" | {r['seconds']:.0f} |"
         )
     return (
         f"{results['machine']['cpu']}, {results['tokens']} tokens a run.\n\n"
