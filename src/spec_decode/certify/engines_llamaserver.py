@@ -49,6 +49,8 @@ PREFIX_TEXT = (
     "def area(width, height):\n    return width * height\n\n\n"
     "def area(width, height):\n    return width *"
 )
+#: (A draft model drafts only under ``--spec-type draft-simple``: with ``-md`` alone this build
+#: loads the model and drafts nothing.)
 #: Short n-gram drafts after a 4-token match, added before the caller's options: with its
 #: default lengths (drafts of 48 tokens and up) llama-server drafted nothing for a request of a
 #: few tokens, and an audit whose engine verified no draft judges plain decoding only.
@@ -100,7 +102,7 @@ class LlamaServerEngine:
         speculation = {
             "ngram-simple": ["--spec-type", "ngram-simple"],
             "ngram-mod": ["--spec-type", "ngram-mod"],
-            "draft": ["-md", str(draft), "-td", str(threads)],
+            "draft": ["--spec-type", "draft-simple", "-md", str(draft), "-td", str(threads)],
             "plain": [],
         }[mode]
         self._servers: list[LocalServer] = []
