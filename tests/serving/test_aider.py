@@ -1,10 +1,9 @@
 """aider-chat (a real coding agent) against ``spec-decode serve`` as a subprocess, asking for an
 edit of a file, streamed and not. aider pins its own dependencies, which conflict with this
-project's extras, so it gets its own virtual environment, made once under the cache root (the
-test skips, saying why, where it cannot be installed). The tiny model is random: what is tested
-is that every request aider sends is honoured and its answer reaches aider, finish reason
-included, not the edit a model would make (``bench/aider_edit.py`` measures that on the packaged
-pair)."""
+project's extras, so it gets its own virtual environment, made once under the cache root (the test
+skips, saying why, where it cannot be installed). The tiny model is random: what is tested is that
+every request aider sends is honoured and its answer reaches aider, finish reason included, not the
+edit a model would make (``bench/serving/aider_edit.py`` measures that on the packaged pair)."""
 
 from __future__ import annotations
 
@@ -78,5 +77,5 @@ def test_aider_asks_for_an_edit_and_gets_the_answer(aider, server, tmp_path, str
     assert counts.get("/v1/chat/completions 200", 0) == before + 1, counts  # one answer, to aider
     assert not [k for k in counts if not k.endswith(" 200")], counts  # no request refused
     # the random model never ends its answer: aider read the answer and its finish_reason
-    # ("length"), and says so; with a real model it applies the edit (bench/aider_edit.py)
+    # ("length"), and says so; with a real model it applies the edit (bench/serving/aider_edit.py)
     assert "has hit a token limit" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

@@ -9,9 +9,9 @@ of its history alone (:class:`~spec_decode.core.processors.Processor`). A row af
 grammar refuses is left unmasked: that draft has probability 0 and is never accepted.
 
 llguidance was chosen over xgrammar and outlines-core, measured on the 151,936-token Qwen2.5
-vocabulary (bench/grammar_engines.py; BENCHMARKS.md): the cheapest mask and grammar compilation
-of the three, ``rollback(n)`` on the matcher itself (bitwise the mask it had), no torch, and a
-plain list of token bytes as its vocabulary.
+vocabulary (bench/constrained/grammar_engines.py; BENCHMARKS.md): the cheapest mask and grammar
+compilation of the three, ``rollback(n)`` on the matcher itself (bitwise the mask it had), no torch,
+and a plain list of token bytes as its vocabulary.
 """
 
 from __future__ import annotations

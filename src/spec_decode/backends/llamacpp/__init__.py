@@ -37,17 +37,17 @@ which :func:`build_features` reads back from ``llama_print_system_info()``:
   row count): blocks of up to 64 tokens are bitwise equal; the library says so itself
   (``spec_decode_exact_rows()``).
 
-:attr:`LlamaCppModel.exact_block_size` states that bound for the loaded library. Beyond it the
-rows differ by kernel rounding carried through every layer, which is not small (BENCHMARKS.md,
-"Cost curve and block/one-token agreement"; ``bench/llamacpp_agreement.py``). The keys and values
+:attr:`LlamaCppModel.exact_block_size` states that bound for the loaded library. Beyond it the rows
+differ by kernel rounding carried through every layer, which is not small (BENCHMARKS.md, "Cost
+curve and block/one-token agreement"; ``bench/kernels/llamacpp_agreement.py``). The keys and values
 a block writes differ in the same way, so later rows inherit the difference. Speculative decoding
 therefore reproduces target-only decoding bitwise when every target pass feeds at most
-``exact_block_size`` tokens (k + 1 for a chain, 1 + the nodes for a tree). With longer blocks
-each step is still exact for the rows the target pass returned, but those rows are not the
-one-token rows, so the output can differ from target-only decoding by about that much per token.
-(Repacking applies only to the weight formats it supports, such as Q4_0, Q4_K and IQ4_NL; float32
-weights always take the plain path.) The price of turning llamafile off on a stock build is
-block speed (BENCHMARKS.md).
+``exact_block_size`` tokens (k + 1 for a chain, 1 + the nodes for a tree). With longer blocks each
+step is still exact for the rows the target pass returned, but those rows are not the one-token
+rows, so the output can differ from target-only decoding by about that much per token. (Repacking
+applies only to the weight formats it supports, such as Q4_0, Q4_K and IQ4_NL; float32 weights
+always take the plain path.) The price of turning llamafile off on a stock build is block speed
+(BENCHMARKS.md).
 
 Tree scoring: :meth:`LlamaCppModel.score_tree` feeds all nodes of a token tree in ONE
 ``llama_decode``. Each root-to-leaf path is its own sequence id (1, 2, ...) sharing the cached

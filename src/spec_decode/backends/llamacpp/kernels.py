@@ -95,8 +95,8 @@ def invariant_batch_size() -> int | None:
     On the exact-rows build every row of a call is bitwise the one-token row, whatever the
     call's length up to a micro-batch (:data:`MICRO_BATCH` rows, llama.cpp's split of longer
     calls; checked on the packaged target for B = 1..64, 65, 96, 128, 200, 256 and 512,
-    ``bench/results/kernels_exact_rows_tinyblas*.json``), so B = 1: every cached row, generated
-    tokens included, is the row a cold read computes.
+    ``bench/results/archive/kernels_exact_rows_tinyblas*.json``), so B = 1: every cached row,
+    generated tokens included, is the row a cold read computes.
     """
     if patched_exact_rows():
         return 1

@@ -1,6 +1,6 @@
 """A bare llama.cpp model and context for one sequence: tokens fed in calls of any size, each
 call's rows of logits read back. What the kernel checks (:mod:`.exact_rows`) and the kernel
-benchmarks (``bench/kernels_*.py``) drive, without the backend's cache bookkeeping.
+benchmarks (``bench/kernels/kernels_*.py``) drive, without the backend's cache bookkeeping.
 
 It runs whichever libraries :func:`~spec_decode.backends.llamacpp.library.load` chose (a kernel
 benchmark of another build sets ``LLAMA_CPP_LIB_PATH`` before starting). Flash attention is off,
