@@ -120,8 +120,11 @@ def main() -> None:
             "seconds": time.perf_counter() - start,
         })  # fmt: skip
         print(rows[-1], flush=True)
-    results = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()},
-               "rows": rows}  # fmt: skip
+    import torch
+
+    where = machine() | ({"gpu": torch.cuda.get_device_name()} if args.device == "cuda" else {})
+    results = {"machine": where, "args": {k: str(v) for k, v in vars(args).items()},
+               "rows": rows, "created": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{args.out}.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [
