@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
+from bench.lib.audit_rows import HEADER, verdict_cells
 from bench.lib.machine import machine
 from bench.lib.results import write_results
 from spec_decode.certify.engine_audit import audit_engine
@@ -25,18 +26,9 @@ from spec_decode.core.sampling import SamplingParams
 
 
 def markdown(results: dict[str, object]) -> str:
-    rows = [
-        "| engine | samples | verdict | p | detectable TV | TV estimate (95 %) | plug-in TV | "
-        "exact engine's 95th pct | seconds |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = [f"| engine | {HEADER} | seconds |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results["engines"].items():
-        low, high = r["tv_interval"]
-        rows.append(
-            f"| `{name}` | {r['samples']:,} | {r['verdict']} | {r['p_value']:.2g} | "
-            f"{r['detectable_tv']:.4f} | {r['tv']:.4f} ({low:.4f}-{high:.4f}) | "
-            f"{r['plug_in_tv']:.4f} | {r['exact_tv_95']:.4f} | {r['seconds']:.0f} |"
-        )
+        rows.append(f"| `{name}` | {verdict_cells(r)} | {r['seconds']:.0f} |")
     return "\n".join(rows) + "\n"
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
+from bench.lib.audit_rows import HEADER, verdict_cells
 from bench.lib.machine import machine
 from bench.lib.results import RESULTS, write_results
 from spec_decode.certify.engine_audit import audit_engine
@@ -44,20 +45,16 @@ STEM = "real_engine_audits"
 
 def markdown(results: dict[str, object]) -> str:
     rows = [
-        "| engine | version | temperature, top-k | samples | verdict | p | detectable TV | "
-        "TV estimate (95 %) | plug-in TV | exact engine's 95th pct | pooled mass | "
-        "drafted / accepted | seconds |",
+        f"| engine | version | temperature, top-k | {HEADER} | pooled mass | drafted / accepted "
+        "| seconds |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results["engines"].items():
-        low, high = r["tv_interval"]
+        drafts = f"{r['drafted']:,} / {r['accepted']:,}"
         rows.append(
             f"| `{name}` | {r['version']} | {r['temperature']}, {r['top_k'] or '-'} | "
-            f"{r['samples']:,} | {r['verdict']} | {r['p_value']:.2g} | "
-            f"{r['detectable_tv']:.4f} | {r['tv']:.4f} ({low:.4f}-{high:.4f}) | "
-            f"{r['plug_in_tv']:.4f} | {r['exact_tv_95']:.4f} | {r['pooled']:.4f} | "
-            f"{r['drafted']:,} / {r['accepted']:,}{' (no draft: plain only)' * (not r['drafted'])}"
-            f" | {r['seconds']:.0f} |"
+            f"{verdict_cells(r)} | {r['pooled']:.4f} | "
+            f"{drafts}{' (no draft: plain only)' * (not r['drafted'])} | {r['seconds']:.0f} |"
         )
     return (
         f"{results['machine']['cpu']}, {results['tokens']} tokens a run.\n\n"
