@@ -50,17 +50,37 @@ def _serve(results: dict[str, Any]) -> list[Row]:
 
 
 def _agent(results: dict[str, Any]) -> list[Row]:
+    """Tokens a second on the same requests: llama-server writes more tokens on them than ours
+    (its unconstrained answers run on where ours ends with the call), so seconds alone flatter
+    ours."""
     machine, date = _where(results)
-    ours = sum(s["seconds"] for s in results["sessions"]["ours"])
+
+    def rate(sessions: list[dict[str, Any]]) -> float:
+        tokens = sum(turn["tokens"] for session in sessions for turn in session["turns"])
+        return tokens / sum(session["seconds"] for session in sessions)
+
+    ours = rate(results["sessions"]["ours"])
     rows = []
     for name, sessions in results.get("replays", {}).items():
-        theirs = sum(s["seconds"] for s in sessions)
+        theirs = rate(sessions)
         rows.append((
-            "tool-using agent session (the same requests)", f"{ours:.1f} s",
-            f"{name} {theirs:.1f} s", f"**{theirs / ours:.2f}x**", machine, date,
-            "`python bench/serving/agent_session.py --llama-server PATH`",
+            "tool-using agent session, the same requests (answer tokens a second)",
+            f"{ours:.1f} tok/s", f"{name} {theirs:.1f} tok/s", f"**{ours / theirs:.2f}x**",
+            machine, date, "`python bench/serving/agent_session.py --llama-server PATH`",
         ))  # fmt: skip
     return rows
+
+
+def _aider(results: dict[str, Any]) -> list[Row]:
+    machine, date = _where(results)
+    ours, alone = (results["edits"][name] for name in ("ours", "ours target-only"))
+    seconds, base = (sum(edit["seconds"] for edit in edits) for edits in (ours, alone))
+    applied = sum(edit["applied"] for edit in ours)
+    return [(
+        f"aider whole-file edits ({applied} of {len(ours)} applied)", f"{seconds:.1f} s",
+        f"ours target-only {base:.1f} s", f"**{base / seconds:.2f}x**", machine, date,
+        "`python bench/serving/aider_edit.py --aider PATH`",
+    )]  # fmt: skip
 
 
 def _audits(results: dict[str, Any]) -> list[Row]:
@@ -89,7 +109,8 @@ def _gpu(results: dict[str, Any]) -> list[Row]:
 
 #: Each canonical result that feeds the table, and how its rows are read.
 SOURCES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
-    "serve": _serve, "agent_session": _agent, "real_engine_audits": _audits, "gpu_exactness": _gpu,
+    "serve": _serve, "agent_session": _agent, "aider_edit": _aider,
+    "real_engine_audits": _audits, "gpu_exactness": _gpu,
 }  # fmt: skip
 
 
