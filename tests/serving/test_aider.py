@@ -27,7 +27,8 @@ AIDER = "aider-chat==0.86.2"
 #: aider's system prompt alone is a few thousand bytes, one token each on the tiny vocabulary.
 CONTEXT = 16384
 
-pytestmark = pytest.mark.slow
+#: Installing aider's venv the first time takes minutes (the install alone may take 900 s).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="session")
