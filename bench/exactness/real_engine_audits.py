@@ -95,17 +95,18 @@ def main() -> None:
             report = audit_engine(
                 engine, tokens=args.tokens, samples=args.samples, sampling=sampling
             )
+            drafted, accepted = engine.drafted, engine.accepted  # read while it still serves
         finally:
             engine.close()
         engines[name] = dataclasses.asdict(report) | {
             "version": version(name, args.llama_server),
             "temperature": sampling.temperature,
             "top_k": sampling.top_k,
-            "drafted": engine.drafted,
-            "accepted": engine.accepted,
+            "drafted": drafted,
+            "accepted": accepted,
         }
         print(name, report.verdict, f"p={report.p_value:.3g}", f"{report.seconds:.0f} s",
-              f"drafted {engine.drafted} accepted {engine.accepted}", flush=True)  # fmt: skip
+              f"drafted {drafted} accepted {accepted}", flush=True)  # fmt: skip
     results = {"machine": machine(), "tokens": args.tokens, "engines": engines}
     write_results(STEM, results, markdown)
 
