@@ -41,7 +41,7 @@ def main() -> None:
     sampling = SamplingParams(0.7, top_k=3)
     engines = {}
     for name, make in ENGINES.items():
-        if name.startswith("llama-server:"):  # a real model: bench/exactness/real_engine_audits.py
+        if name.startswith(("llama-server:", "vllm:")):  # real engines: real_engine_audits.py
             continue
         engine = make()
         samples = args.hf_samples if name.startswith("hf:") else args.samples

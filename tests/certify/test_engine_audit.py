@@ -99,10 +99,11 @@ def test_an_engine_that_cannot_start_is_a_clear_error(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["plain", "assisted"])
+@pytest.mark.parametrize("mode", ["plain", "assisted", "early-exit"])
 def test_transformers_generation_passes_end_to_end(mode):
     """transformers' own generate (plain: the check that the adapter's reference is right;
-    assisted: with the draft model) on the tiny Qwen2 pair. 800 runs of 2 tokens detect TV >=
+    assisted: with the draft model; early-exit: drafts from the target's first layer) on the
+    tiny Qwen2 pair. 800 runs of 2 tokens detect TV >=
     0.12 with probability 0.99 (the full-size runs are in AUDITS.md)."""
     pytest.importorskip("transformers")
     engine = ENGINES[f"hf:{mode}"]()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spec_decode.certify.engines_hf import MODES as HF_MODES
 from spec_decode.certify.engines_llamaserver import MODES as LLAMA_SERVER_MODES
 from spec_decode.certify.zoo.processors import CommittedPrefixOnly
 from spec_decode.certify.zoo.targets import BatchVariant
@@ -191,7 +192,7 @@ ENGINES: dict[str, Callable[[], object]] = {
     "ours:penalties": lambda: ToyEngine(penalized=True),
     **{f"zoo:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in BUGS},
     **{f"control:{bug}": (lambda bug=bug: ToyEngine(bug)) for bug in CONTROLS},
-    **{f"hf:{mode}": _hf(mode) for mode in ("assisted", "prompt-lookup", "plain")},
+    **{f"hf:{mode}": _hf(mode) for mode in HF_MODES},
     **{f"llama-cpp-python:{mode}": _llama_cpp_python(mode) for mode in ("prompt-lookup", "plain")},
     **{f"llama-server:{mode}": _llama_server(mode) for mode in LLAMA_SERVER_MODES},
     **{f"vllm:{mode}": _vllm(mode) for mode in ("ngram", "plain")},
