@@ -22,14 +22,13 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib.results import RESULTS
 from spec_decode.core.checks import leading_matches
 from spec_decode.drafting.auto import auto_planner
 from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.lookup import recurring_suffix
 from spec_decode.drafting.replay import hindsight_cost, oracle_cost, passes_cost, replay_greedy
 from spec_decode.drafting.suffix import SuffixHistory
 
@@ -90,16 +89,9 @@ def copy_candidates(context: list[int], proposals: list[list[int]], depth: int) 
     """Every copy continuation of ``context``, most recent first: the drafters' ``proposals``,
     then what followed each earlier occurrence of the longest recurring suffix of 2 to 8
     tokens, up to ``depth`` tokens each, duplicates dropped."""
-    tokens = np.asarray(context, dtype=np.int64)
     found: list[list[int]] = [list(p[:depth]) for p in proposals if p]
-    for n in range(min(8, tokens.size - 1), 1, -1):
-        starts = np.ones(tokens.size - n, dtype=bool)
-        for offset in range(n):
-            starts &= tokens[offset : tokens.size - n + offset] == tokens[tokens.size - n + offset]
-        hits = np.flatnonzero(starts)[::-1]
-        if hits.size:
-            found += [tokens[h + n : h + n + depth].tolist() for h in hits]
-            break
+    n, starts = recurring_suffix(context, 2, 8)
+    found += [context[h + n : h + n + depth] for h in reversed(starts.tolist())]
     unique: dict[tuple[int, ...], None] = {}
     for candidate in found:
         if candidate:

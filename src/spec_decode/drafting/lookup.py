@@ -22,18 +22,12 @@ import numpy as np
 from spec_decode.drafting.drafters import OneHotProposals
 
 
-def lookup_continuation(
-    context: Sequence[int], min_ngram: int, max_ngram: int, max_tokens: int
-) -> list[int]:
-    """What followed the most recent earlier occurrence of the context's last n tokens.
-
-    Tries n = ``max_ngram`` down to ``min_ngram`` (longer matches are more specific) and returns
-    up to ``max_tokens`` tokens that followed the latest earlier occurrence of the first n that
-    occurs; an occurrence may overlap the final n tokens themselves. Returns ``[]`` when no n
-    matches or ``max_tokens`` is 0.
-    """
-    if max_tokens < 1:
-        return []
+def recurring_suffix(
+    context: Sequence[int], min_ngram: int, max_ngram: int
+) -> tuple[int, np.ndarray]:
+    """The longest n from ``max_ngram`` down to ``min_ngram`` whose last n tokens of ``context``
+    occur earlier in it, and where each earlier occurrence starts (ascending; an occurrence may
+    overlap the final n tokens themselves); ``(0, [])`` when no n recurs."""
     tokens = np.asarray(context, dtype=np.int64)
     length = tokens.size
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
@@ -43,9 +37,26 @@ def lookup_continuation(
             starts &= tokens[offset : length - n + offset] == tokens[length - n + offset]
         found = np.flatnonzero(starts)
         if found.size:
-            begin = int(found[-1]) + n
-            return tokens[begin : begin + max_tokens].tolist()
-    return []
+            return n, found
+    return 0, np.empty(0, dtype=np.int64)
+
+
+def lookup_continuation(
+    context: Sequence[int], min_ngram: int, max_ngram: int, max_tokens: int
+) -> list[int]:
+    """What followed the most recent earlier occurrence of the context's last n tokens.
+
+    Tries n = ``max_ngram`` down to ``min_ngram`` (longer matches are more specific) and returns
+    up to ``max_tokens`` tokens that followed the latest earlier occurrence of the first n that
+    occurs (:func:`recurring_suffix`). Returns ``[]`` when no n matches or ``max_tokens`` is 0.
+    """
+    if max_tokens < 1:
+        return []
+    n, found = recurring_suffix(context, min_ngram, max_ngram)
+    if not found.size:
+        return []
+    begin = int(found[-1]) + n
+    return [int(t) for t in context[begin : begin + max_tokens]]
 
 
 @dataclass(frozen=True)
