@@ -49,16 +49,6 @@ PREFIX_TEXT = (
     "def area(width, height):\n    return width * height\n\n\n"
     "def area(width, height):\n    return width *"
 )
-#: (A draft model drafts only under ``--spec-type draft-simple``: with ``-md`` alone this build
-#: loads the model and drafts nothing.)
-#: Short n-gram drafts after a 4-token match, added before the caller's options: with its
-#: default lengths (drafts of 48 tokens and up) llama-server drafted nothing for a request of a
-#: few tokens, and an audit whose engine verified no draft judges plain decoding only.
-DRAFTING = {
-    "ngram-simple": ("--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", "4"),
-    "ngram-mod": ("--spec-ngram-mod-n-match", "4", "--spec-ngram-mod-n-min", "1",
-                  "--spec-ngram-mod-n-max", "4"),
-}  # fmt: skip
 #: Tokens listed per reference row (post-sampling probabilities, most likely first).
 TOP = 64
 #: Continuations less likely than this under plain decoding are pooled into one cell.
@@ -68,8 +58,8 @@ MIN_MASS = 1e-3
 class LlamaServerEngine:
     """``llama-server`` speculating by ``mode`` (:data:`MODES`), audited against a plain
     ``llama-server`` on the same ``model`` (default: the packaged target), ``threads`` each, from
-    the tokens of ``prefix_text``, the speculative one with :data:`DRAFTING` and ``options`` added
-    (its drafter's settings); reference rows list ``top`` tokens, and continuations below
+    the tokens of ``prefix_text``, the speculative one with ``options`` added after
+    its own drafter settings; reference rows list ``top`` tokens, and continuations below
     ``min_mass`` are pooled; ``drafted`` and ``accepted`` count the drafts the speculative server
     reports, so that a PASS is known to have verified some."""
 
@@ -99,16 +89,21 @@ class LlamaServerEngine:
         log = Path(self._folder.name) / "servers.log"
         common = [binary, "-m", str(model), "-t", str(threads), "-np", "1", "-c", "2048",
                   "--no-webui", "--host", "127.0.0.1"]  # fmt: skip
+        # n-gram drafts of 4 tokens after a 4-token match: at llama-server's default lengths
+        # (drafts of 48 tokens and up) it drafted nothing for a request of a few tokens, and an
+        # audit whose engine verified no draft judges plain decoding only. A draft model drafts
+        # only under --spec-type draft-simple (with -md alone this build drafts nothing).
         speculation = {
-            "ngram-simple": ["--spec-type", "ngram-simple"],
-            "ngram-mod": ["--spec-type", "ngram-mod"],
+            "ngram-simple": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4",
+                             "--spec-ngram-simple-size-m", "4"],
+            "ngram-mod": ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "4",
+                          "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", "4"],
             "draft": ["--spec-type", "draft-simple", "-md", str(draft), "-td", str(threads)],
             "plain": [],
-        }[mode]
+        }[mode]  # fmt: skip
         self._servers: list[LocalServer] = []
         self._plain = self._start([*common], log)
-        drafting = DRAFTING.get(mode, ())
-        self._speculative = self._start([*common, *speculation, *drafting, *options], log)
+        self._speculative = self._start([*common, *speculation, *options], log)
         self.vocab_size = int(self._plain.get("/v1/models")["data"][0]["meta"]["n_vocab"])
         self.prefix = tuple(self._plain.post("/tokenize", {"content": prefix_text})["tokens"])
         self._rows: dict[tuple[int, ...], np.ndarray] = {}
