@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
     ap.add_argument(
@@ -45,54 +45,71 @@ def main() -> None:
         from spec_decode.backends import assembly, registry
 
         args.model = str(assembly.gguf_file(registry.DEFAULT_TARGET))
+    return args
+
+
+def measure(args: argparse.Namespace, label: str, lib: str, round_: int) -> dict:
+    """One round of one build: ``kernels_cost.py`` in a child process with that build's
+    libraries, its medians and minima by block length."""
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
+    if lib:
+        env["LLAMA_CPP_LIB_PATH"] = lib
+    options = {
+        "--blocks": args.blocks,
+        "--context": str(args.context),
+        "--reps": str(args.reps),
+        "--threads": str(args.threads),
+        "--label": label,
+        "--clock": args.clock,
+    }
+    with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+        started = time.time()
+        subprocess.run(
+            [sys.executable, str(HERE / "kernels_cost.py"), args.model]
+            + [part for option in options.items() for part in option]
+            + ["--json", tmp.name],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        data = json.loads(Path(tmp.name).read_text())
+    return {
+        "round": round_,
+        "build": label,
+        "lib": lib or None,
+        "median_s": {int(k): v for k, v in data["median_s"].items()},
+        "min_s": {int(k): v for k, v in data["min_s"].items()},
+        "loadavg_1min": os.getloadavg()[0],
+        "wall_s": round(time.time() - started, 1),
+    }
+
+
+def summarize(rounds: list[dict], labels: list[str]) -> dict[str, dict[int, dict[str, float]]]:
+    """Per build and block: the median over rounds of the per-round medians (ms), and of the
+    per-round ratio to that round's one-token pass."""
+    summary = {}
+    for label in labels:
+        mine = [x for x in rounds if x["build"] == label]
+        summary[label] = {
+            b: {
+                "ms": 1000 * statistics.median(x["median_s"][b] for x in mine),
+                "x_one_token": statistics.median(x["median_s"][b] / x["median_s"][1] for x in mine),
+            }
+            for b in sorted(mine[0]["median_s"])
+        }
+    return summary
+
+
+def main() -> None:
+    args = parse_args()
     builds = [b.split("=", 1) for b in args.build]
+    labels = [label for label, _ in builds]
     rounds: list[dict] = []
     for r in range(args.rounds):
         for label, lib in builds if r % 2 == 0 else builds[::-1]:  # no build always goes first
-            env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
-            if lib:
-                env["LLAMA_CPP_LIB_PATH"] = lib
-            with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-                started = time.time()
-                subprocess.run(
-                    [
-                        sys.executable,
-                        str(HERE / "kernels_cost.py"),
-                        args.model,
-                        "--blocks",
-                        args.blocks,
-                        "--context",
-                        str(args.context),
-                        "--reps",
-                        str(args.reps),
-                        "--threads",
-                        str(args.threads),
-                        "--label",
-                        label,
-                        "--clock",
-                        args.clock,
-                        "--json",
-                        tmp.name,
-                    ],
-                    env=env,
-                    check=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                data = json.loads(Path(tmp.name).read_text())
-            load = os.getloadavg()[0]
-            med = {int(k): v for k, v in data["median_s"].items()}
-            rounds.append(
-                {
-                    "round": r,
-                    "build": label,
-                    "lib": lib or None,
-                    "median_s": med,
-                    "min_s": {int(k): v for k, v in data["min_s"].items()},
-                    "loadavg_1min": load,
-                    "wall_s": round(time.time() - started, 1),
-                }
-            )
+            rounds.append(measure(args, label, lib, r))
+            med, load = rounds[-1]["median_s"], rounds[-1]["loadavg_1min"]
             print(
                 f"round {r} {label:8s} load {load:5.1f}  "
                 + "  ".join(
@@ -104,34 +121,20 @@ def main() -> None:
         label: {
             b: min(x["min_s"][b] for x in rounds if x["build"] == label) for b in rounds[0]["min_s"]
         }
-        for label, _ in builds
+        for label in labels
     }
-    summary = {}
-    for label, _ in builds:
-        mine = [x for x in rounds if x["build"] == label]
-        blocks = sorted(mine[0]["median_s"])
-        summary[label] = {
-            b: {
-                "ms": 1000 * statistics.median(x["median_s"][b] for x in mine),
-                "x_one_token": statistics.median(x["median_s"][b] / x["median_s"][1] for x in mine),
-            }
-            for b in blocks
-        }
-    Path(args.out).write_text(
-        json.dumps(
-            {
-                "model": os.path.basename(args.model),
-                "threads": args.threads,
-                "context": args.context,
-                "reps": args.reps,
-                "clock": args.clock,
-                "rounds": rounds,
-                "summary": summary,
-                "minimum_over_all_reps_s": minima,
-            },
-            indent=1,
-        )
-    )
+    summary = summarize(rounds, labels)
+    result = {
+        "model": os.path.basename(args.model),
+        "threads": args.threads,
+        "context": args.context,
+        "reps": args.reps,
+        "clock": args.clock,
+        "rounds": rounds,
+        "summary": summary,
+        "minimum_over_all_reps_s": minima,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({"summary": summary, "minimum_over_all_reps_s": minima}, indent=1))
 
 

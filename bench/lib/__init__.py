@@ -11,6 +11,14 @@
 * :mod:`~bench.lib.ours`: one timed run of ours in process;
 * :mod:`~bench.lib.hf`: one timed run of Hugging Face's ``generate``, its passes counted;
 * :mod:`~bench.lib.servers`: a server subprocess with an OpenAI client;
+* :mod:`~bench.lib.serve_client` and :mod:`~bench.lib.serve_report`: the serving benchmark's
+  client side (variants, a streamed turn, a session) and its report;
+* :mod:`~bench.lib.llamacpp_engines` and :mod:`~bench.lib.cpu_report`: llama.cpp's own engines
+  timed on a prompt, and the CPU benchmark's report;
+* :mod:`~bench.lib.block_agreement` and :mod:`~bench.lib.gpu_report`: block against one-token
+  scores on a transformers model, and the GPU benchmark's report;
+* :mod:`~bench.lib.audit_rows`: the verdict and evidence columns every engine-audit table shares;
+* :mod:`~bench.lib.summary`: BENCHMARKS.md's opening table from the canonical results;
 * :mod:`~bench.lib.ggml`: raw ggml access (tensor struct, ggml-base) for the kernel probes;
 * :mod:`~bench.lib.plots`: plot parts shared by the figures.
 

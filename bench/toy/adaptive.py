@@ -225,12 +225,43 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
+#: The summary table's columns: the variant-name prefix each column takes its best row from.
+SUMMARY_COLUMNS = ("model, fixed", "model, schedule", "model, cost", "lookup,", "lookup then")
+
+
 def best(rows: list[dict], setting_name: str, prefix: str) -> dict:
     """The row of highest speedup among a setting's variants whose name starts with ``prefix``."""
     candidates = [
         r for r in rows if r["setting"] == setting_name and r["variant"].startswith(prefix)
     ]
     return max(candidates, key=lambda r: r["speedup"])
+
+
+def reading(rows: list[dict]) -> str:
+    """What the summary table says, with its figures."""
+    light, prose = "editing, light", "prose"
+    return (
+        "Reading it: adaptive k pays where acceptance changes over time. In editing, copied "
+        "blocks accept almost every draft and rewritten ones about 86 %, and both adaptive "
+        f"policies beat every fixed k ({best(rows, light, 'model, cost')['speedup']:.2f}x for "
+        f"the cost policy vs {best(rows, light, 'model, fixed')['speedup']:.2f}x for the best "
+        "fixed k, light editing). In prose acceptance is stationary: the cost policy only "
+        f"matches the best fixed k ({best(rows, prose, 'model, cost')['speedup']:.2f}x vs "
+        f"{best(rows, prose, 'model, fixed')['speedup']:.2f}x) and the schedule, which grows k "
+        f"past the optimum after each lucky step, loses "
+        f"({best(rows, prose, 'model, schedule')['speedup']:.2f}x). Prompt lookup alone is "
+        "free but pays one pass per token in rewritten blocks and needs two tokens after each "
+        "change to find its place again, so it stays below the draft model even in editing; in "
+        f"prose it gives {best(rows, prose, 'lookup,')['speedup']:.2f}x. Lookup first with the "
+        "model behind it is the best drafter in editing (long free drafts in copied blocks, the "
+        f"model elsewhere: {best(rows, light, 'lookup then')['speedup']:.2f}x) and costs little "
+        "in prose, where trigram matches are rare. The confidence cut-off loses everywhere here: "
+        "in these toys the draft's confidence does not predict acceptance (rewritten blocks "
+        "accept 86 % of drafts while the draft's top probability there is 0.1-0.2, and every "
+        "prose row is that flat), so it cuts drafts that would have been kept. It can only pay "
+        "where low confidence means low acceptance, which is a property of real model pairs "
+        "to be measured on them."
+    )
 
 
 def markdown(rows: list[dict]) -> str:
@@ -267,44 +298,14 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for name in SETTINGS:
-        cells = [
-            best(rows, name, prefix)
-            for prefix in (
-                "model, fixed",
-                "model, schedule",
-                "model, cost",
-                "lookup,",
-                "lookup then",
-            )
-        ]
+        cells = [best(rows, name, prefix) for prefix in SUMMARY_COLUMNS]
         lines.append(
             f"| {name} | "
             + " | ".join(f"{r['speedup']:.2f}x ({r['variant'].split(', ')[-1]})" for r in cells)
             + " |"
         )
-    light, prose = "editing, light", "prose"
+    lines += ["", reading(rows)]
     lines += [
-        "",
-        "Reading it: adaptive k pays where acceptance changes over time. In editing, copied "
-        "blocks accept almost every draft and rewritten ones about 86 %, and both adaptive "
-        f"policies beat every fixed k ({best(rows, light, 'model, cost')['speedup']:.2f}x for "
-        f"the cost policy vs {best(rows, light, 'model, fixed')['speedup']:.2f}x for the best "
-        "fixed k, light editing). In prose acceptance is stationary: the cost policy only "
-        f"matches the best fixed k ({best(rows, prose, 'model, cost')['speedup']:.2f}x vs "
-        f"{best(rows, prose, 'model, fixed')['speedup']:.2f}x) and the schedule, which grows k "
-        f"past the optimum after each lucky step, loses "
-        f"({best(rows, prose, 'model, schedule')['speedup']:.2f}x). Prompt lookup alone is "
-        "free but pays one pass per token in rewritten blocks and needs two tokens after each "
-        "change to find its place again, so it stays below the draft model even in editing; in "
-        f"prose it gives {best(rows, prose, 'lookup,')['speedup']:.2f}x. Lookup first with the "
-        "model behind it is the best drafter in editing (long free drafts in copied blocks, the "
-        f"model elsewhere: {best(rows, light, 'lookup then')['speedup']:.2f}x) and costs little "
-        "in prose, where trigram matches are rare. The confidence cut-off loses everywhere here: "
-        "in these toys the draft's confidence does not predict acceptance (rewritten blocks "
-        "accept 86 % of drafts while the draft's top probability there is 0.1-0.2, and every "
-        "prose row is that flat), so it cuts drafts that would have been kept. It can only pay "
-        "where low confidence means low acceptance, which is a property of real model pairs "
-        "to be measured on them.",
         "",
         "| setting | drafter, k policy | tokens/pass | drafted/pass | acceptance | "
         "draft-model calls | speedup |",

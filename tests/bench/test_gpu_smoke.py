@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ def gpu_bench(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
     spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "speed" / "gpu.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_gpu", module)  # its dataclass looks itself up
     spec.loader.exec_module(module)
     from bench.lib.prompt_sets import Prompt
 

@@ -1,12 +1,12 @@
-"""bench/serving/serve.py's tables from recorded runs: medians over repetitions, counts summed,
-passes and acceptance, greedy identity against each variant's own target-only, the markdown and the
-plot. (Driving real servers is the benchmark itself; this checks the arithmetic it reports.)"""
+"""The serving benchmark's tables (bench/lib/serve_report.py) from recorded runs: medians over
+repetitions, counts summed, passes and acceptance, greedy identity against each variant's own
+target-only, the markdown and the plot. (Driving real servers is the benchmark itself; this checks
+the arithmetic it reports.)"""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,14 +18,16 @@ def serve_bench(monkeypatch, tmp_path):
     pytest.importorskip("openai")
     pytest.importorskip("httpx")
     monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
-    spec = importlib.util.spec_from_file_location(
-        "bench_serve", ROOT / "bench" / "serving" / "serve.py"
+    from bench.lib import serve_client, serve_report
+
+    monkeypatch.setattr(serve_report, "RESULTS", tmp_path)
+    return SimpleNamespace(
+        round_robin=serve_client.round_robin,
+        summarize=serve_report.summarize,
+        identity=serve_report.identity,
+        markdown=serve_report.markdown,
+        plot=serve_report.plot,
     )
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_serve", module)  # its dataclass looks itself up
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(module, "RESULTS", tmp_path)
-    return module
 
 
 def turn(text: str, completion: int, gen_s: float, drafted: int = 0, accepted: int = 0) -> dict:
