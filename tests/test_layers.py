@@ -1,6 +1,7 @@
 """The layers point one way: read every import of the package (module level and inside
 functions) and check that core imports nothing else from spec_decode and no two packages import
-each other, directly or through others."""
+each other, directly or through others; bench scripts share code only through bench.lib; and no
+module or function grows past what one job needs."""
 
 from __future__ import annotations
 
@@ -123,3 +124,25 @@ def test_no_bench_script_imports_another():
             if level or top in stems or (top == "bench" and rest[:1] != ["lib"]):
                 offending.append(f"{path.relative_to(BENCH)}:{line} imports {name}")
     assert offending == []
+
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+#: The most lines a module (the package's, a benchmark's, a test file) and a function may have:
+#: past them a file holds more than one job and a function more than one step.
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 350, 80
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for folder in (PACKAGE_ROOT, BENCH, REPOSITORY / "tests"):
+        for path in folder.rglob("*.py"):
+            text = path.read_text()
+            if text.count("\n") > MAX_MODULE_LINES:
+                too_long.append(f"{path.relative_to(REPOSITORY)}: {text.count(chr(10))} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = node.end_lineno - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        where = f"{path.relative_to(REPOSITORY)}:{node.lineno}"
+                        too_long.append(f"{where} {node.name}: {length} lines")
+    assert too_long == []

@@ -1,6 +1,6 @@
-"""Calibration: what is measured, how it is cached and keyed, how a malformed, noisy or stale
-entry is caught, the cost curve's interpolation, and the transformers backend on CUDA (skipped
-without a GPU). No test asserts a timing: the toy models advance a simulated clock."""
+"""Calibration: what is measured, how it is cached and keyed (a malformed, noisy or stale entry:
+test_calibration_entries.py), the cost curve's interpolation, and the transformers backend on
+CUDA (skipped without a GPU). No test asserts a timing: the toy models advance a simulated clock."""
 
 from __future__ import annotations
 
@@ -8,63 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from calibration_toys import CountingModel
 
-from spec_decode import random_markov
 from spec_decode.backends import calibration
 from spec_decode.backends import calibration_store as store
 from spec_decode.drafting.costs import CostCurve
-
-
-class Clock:
-    """A simulated clock: the models below advance it by what each call "costs"."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-CLOCK = Clock()
-#: How many block sizes a default calibration times.
-SIZES = len(calibration.BLOCK_SIZES)
-SIZE_LIST = list(calibration.BLOCK_SIZES)
-
-
-class CountingModel:
-    """A toy model with a path and thread count, counting the tokens of every scoring call; a
-    call scoring n tokens takes ``per_token * n`` simulated seconds, plus the next of ``delays``
-    (other work on the machine) while any are left."""
-
-    def __init__(self, path, threads: int = 2, per_token: float = 0.01) -> None:
-        self.inner = random_markov(8, seed=0)
-        self.vocab_size, self.path, self.n_threads = 8, path, threads
-        self.per_token = per_token
-        self.delays: list[float] = []
-        self.blocks: list[int] = []
-        self.resets = 0
-
-    def reset(self) -> None:
-        self.resets += 1
-
-    def next_dist(self, prefix):
-        return self.inner.next_dist(prefix)
-
-    def score(self, prefix, tokens):
-        self.blocks.append(len(tokens) + 1)
-        CLOCK.now += self.per_token * (len(tokens) + 1) + (self.delays.pop(0) if self.delays else 0)
-        return np.array(
-            [self.inner.next_dist([*prefix, *tokens[:i]]) for i in range(len(tokens) + 1)]
-        )
-
-
-@pytest.fixture
-def model(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPEC_DECODE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(calibration, "_clock", CLOCK)
-    weights = tmp_path / "model.gguf"
-    weights.write_bytes(b"0123")
-    return CountingModel(weights)
 
 
 def test_measures_every_block_length_interleaved(model):
@@ -142,177 +90,6 @@ def test_cost_curve_takes_the_draft_as_one_token_passes(model, tmp_path):
 def test_bad_arguments_are_refused(model, max_block, repetitions):
     with pytest.raises(ValueError, match="max_block"):
         calibration.measure_passes(model, max_block, repetitions)
-
-
-# ---- entries that are malformed, noisy or stale -------------------------------------------------
-
-MALFORMED = {
-    "a list": "[0.03, 0.05]",
-    "null": "null",
-    "a number": "3.16",
-    "a string": '"fast"',
-    "not JSON": "{not json",
-    "not UTF-8": b"\xff\xfe",
-    "no seconds": {"seconds": None},
-    "no identity": {"identity": None},
-    "an old format": {"format": 1},
-    "seconds not a list": {"seconds": 0.03},
-    "no seconds at all": {"seconds": []},
-    "NaN": {"seconds": [float("nan")] * 17},
-    "inf": {"seconds": [float("inf")] * 17},
-    "negative": {"seconds": [-1.0] * 17},
-    "zero": {"seconds": [0.0] * 17},
-    "a string time": {"seconds": ["0.03"] * 17},
-    "a boolean time": {"seconds": [True] * 17},
-    "a directory": None,
-}
-
-
-def write_entry(file, key, case):
-    """Put the malformed entry ``case`` where the calibration of ``key`` is cached."""
-    file.parent.mkdir(parents=True, exist_ok=True)
-    if case is None:
-        file.mkdir()
-        (file / "inside").write_text("x")
-    elif isinstance(case, bytes):
-        file.write_bytes(case)
-    elif isinstance(case, str):
-        file.write_text(case)
-    else:
-        entry = {"format": store.FORMAT, "identity": key, "seconds": [0.01] * 17}
-        entry.update(case)
-        entry = {k: v for k, v in entry.items() if v is not None}
-        file.write_text(json.dumps(entry))
-
-
-@pytest.mark.parametrize("role", ["target", "draft"])
-@pytest.mark.parametrize("case", list(MALFORMED))
-def test_a_malformed_entry_is_named_and_measured_again(model, tmp_path, caplog, role, case):
-    weights = tmp_path / "draft.gguf"
-    weights.write_bytes(b"01")
-    draft = CountingModel(weights, per_token=0.004)
-    broken = model if role == "target" else draft
-    key = store.model_identity("llama.cpp", broken)
-    file = store.calibration_file(key)
-    write_entry(file, key, MALFORMED[case])
-    assert calibration.cached_seconds(key) is None
-    assert f"calibration {file} " in caplog.text and "measuring it again" in caplog.text
-    assert "NoneType" not in caplog.text and "float" not in caplog.text
-    curve = calibration.cost_curve("llama.cpp", model, draft)
-    assert curve.draft_seconds == pytest.approx(0.004) and curve.target(1) == pytest.approx(0.01)
-    stored = json.loads(file.read_text())
-    assert stored["identity"] == key and all(s > 0 for s in stored["seconds"])
-    assert not [p for p in file.parent.iterdir() if p.name.endswith(".tmp")]
-
-
-def test_a_malformed_draft_entry_means_load_the_draft(model):
-    """Before loading a draft, a corrupt cached cost is no reason to skip it (it used to be
-    taken at face value: "it cannot pay")."""
-    curve = CostCurve.from_passes([0.03, 0.05])
-    key = store.identity("llama.cpp", model.path, 2)
-    file = store.calibration_file(key)
-    for case in ("negative", "NaN", "a list"):
-        write_entry(file, key, MALFORMED[case])
-        assert calibration.cached_draft_seconds(key, curve) is None
-    write_entry(file.with_suffix(".x"), key, {"seconds": [0.01]})
-    file.with_suffix(".x").replace(file)
-    assert calibration.cached_draft_seconds(key, curve) == 0.01
-
-
-def test_a_draft_cost_above_a_target_pass_is_not_believed_before_loading(model):
-    """3.16 s a draft token, cached while the machine was busy, would keep the draft from ever
-    being loaded (and so measured) again."""
-    curve = CostCurve.from_passes([0.03, 0.05])
-    key = store.identity("llama.cpp", model.path, 2)
-    write_entry(store.calibration_file(key), key, {"seconds": [3.16]})
-    assert calibration.cached_draft_seconds(key, curve) is None
-
-
-def test_a_noisy_measurement_is_repeated(model, caplog):
-    # the first attempt (a warm-up, then 3 rounds of every size): two of its rounds disturbed
-    model.delays = [0.0] + [0.05] * 2 * SIZES + [0.0] * SIZES
-    seconds, cached = calibration.pass_seconds("llama.cpp", model)
-    assert not cached and seconds[0] == pytest.approx(0.01)  # the quiet second attempt
-    assert len(model.blocks) == 2 * (1 + 3 * SIZES) and "busy" not in caplog.text
-    stored = json.loads(store.calibration_file(model_key(model)).read_text())
-    assert stored["spread"] == 0
-
-
-def test_a_curve_that_runs_backwards_is_measured_again(model, caplog):
-    """Other work during the one-token rounds alone makes a 2-token pass look cheaper than a
-    one-token pass, with steady repetitions: disturbed all the same."""
-    model.delays = [0.0] + [0.1 if i % 4 == 0 else 0.0 for i in range(3 * 4)]  # size 1, all rounds
-    seconds, _ = calibration.pass_seconds("llama.cpp", model, max_block=4)
-    assert len(model.blocks) == 2 * (1 + 3 * 4)  # measured twice
-    assert seconds == pytest.approx([0.01, 0.02, 0.03, 0.04])
-    assert calibration.inversion([0.11, 0.02, 0.03, 0.04]) == pytest.approx(0.11 / 0.02 - 1)
-    assert calibration.inversion([0.01, 0.02, 0.019, 0.04]) == pytest.approx(0.02 / 0.019 - 1)
-
-
-def test_a_uniformly_slower_machine_is_not_noise(model):
-    """Every call slower by the same amount is a steady machine (a stale cache is caught by
-    the check on use instead)."""
-    model.delays = [0.05] * 1000
-    calibration.pass_seconds("llama.cpp", model, max_block=4)
-    assert len(model.blocks) == 1 + 3 * 4
-
-
-def test_a_measurement_that_never_settles_is_kept_with_a_warning(model, caplog):
-    model.delays = [0.05, 0.05, 0.0] * 1000  # two calls in three disturbed, in every attempt
-    calibration.pass_seconds("llama.cpp", model, max_block=4)
-    assert len(model.blocks) == calibration.ATTEMPTS * (1 + 3 * 4)
-    assert "busy" in caplog.text and calibration.FIX in caplog.text
-
-
-def test_a_stale_entry_is_not_replaced_by_a_disturbed_measurement(model, caplog):
-    key = model_key(model)
-    file = store.calibration_file(key)
-    write_entry(
-        file, key, {"seconds": [0.001] * SIZES, "sizes": SIZE_LIST}
-    )  # quiet then, 10x slower now
-    model.delays = [0.0] * 3 + [0.05, 0.05, 0.0] * 1000  # the check, then every attempt busy
-    seconds, cached = calibration.pass_seconds("llama.cpp", model)
-    assert not cached and seconds[0] > 0.001 and "stale" in caplog.text and "busy" in caplog.text
-    assert json.loads(file.read_text())["seconds"] == [0.001] * SIZES
-
-
-def test_a_calibration_that_cannot_be_stored_is_used_and_reported(model, monkeypatch, caplog):
-    def full(path, text):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(store, "atomic_write_text", full)
-    seconds, cached = calibration.pass_seconds("llama.cpp", model, max_block=2)
-    assert len(seconds) == 2 and not cached and "could not store calibration" in caplog.text
-
-
-def model_key(model):
-    return store.model_identity("llama.cpp", model)
-
-
-@pytest.mark.parametrize(("cached", "stale"), [(0.01, False), (0.02, False), (3.16, True)])
-def test_a_cached_curve_is_checked_against_a_pass_timed_now(model, caplog, cached, stale):
-    key = model_key(model)
-    write_entry(
-        store.calibration_file(key),
-        key,
-        {"seconds": [cached] * SIZES, "sizes": SIZE_LIST},
-    )
-    seconds, from_cache = calibration.pass_seconds("llama.cpp", model)
-    assert from_cache is not stale and ("stale" in caplog.text) is stale
-    assert seconds[0] == pytest.approx(0.01 if stale else cached)
-    timed = len(model.blocks)
-    calibration.pass_seconds("llama.cpp", model)  # once per process: no second check
-    assert len(model.blocks) == timed
-
-
-def test_revalidate_names_what_disagrees_and_the_fix():
-    curve = CostCurve.from_passes([0.03, 0.05], 0.015)
-    assert calibration.revalidate(curve, 0.035, 0.012) is None
-    message = calibration.revalidate(curve, 0.035, 3.16)
-    assert "draft token takes 3160.0 ms now, 15.0 ms" in message
-    assert message.endswith("spec-decode calibrate --recalibrate")
-    assert "target pass" in calibration.revalidate(curve, 0.2)
-    assert calibration.disagrees(0.03, float("nan")) and calibration.disagrees(0.03, 0.0)
 
 
 # ---- the cost curve ----------------------------------------------------------------------------

@@ -252,3 +252,16 @@ def test_coupled_blocks_of_49_tokens_give_target_only_output_per_seed(self_draft
     # every draft accepted: passes of 49 tokens (rejections are exercised in
     # tests/backends/test_llamacpp_coupled.py)
     assert certificate.accepted == certificate.drafted > 8 * 48, certificate
+
+
+def test_blocks_are_fed_in_calls_the_build_scores_bitwise(self_drafted, monkeypatch):
+    target = self_drafted[0]
+    """The committed prompt goes in one call (as target-only decoding feeds it) and drafted
+    tokens in calls of at most exact_block_size tokens; without exact_blocks, one call."""
+    monkeypatch.setattr(target, "exact_block_size", 3)
+    assert target._chunks(1, 0) == [(0, 1)]  # one-token step
+    assert target._chunks(5, 0) == [(0, 3), (3, 5)]  # last committed token + 4 drafts
+    assert target._chunks(12, 8) == [(0, 9), (9, 12)]  # a 9-token prompt + 3 drafts
+    assert target._chunks(4, 1) == [(0, 3), (3, 4)]  # 2 uncached committed tokens + 2 drafts
+    monkeypatch.setattr(target, "exact_blocks", False)
+    assert target._chunks(12, 8) == [(0, 12)]

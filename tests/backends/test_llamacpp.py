@@ -9,7 +9,6 @@ bitwise up to the block size the backend states for this build (``exact_block_si
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -333,33 +332,3 @@ def test_real_adapter_in_the_loop_is_exact_by_enumeration(target, far_draft, sam
     assert abs(exact.total_probability - 1) < 1e-12
     assert exact.tv < ENUMERATED_TV_TOLERANCE, exact.tv
     assert broken.tv > 10 * ENUMERATED_TV_TOLERANCE, broken.tv
-
-
-def test_blocks_are_fed_in_calls_the_build_scores_bitwise(target, monkeypatch):
-    """The committed prompt goes in one call (as target-only decoding feeds it) and drafted
-    tokens in calls of at most exact_block_size tokens; without exact_blocks, one call."""
-    monkeypatch.setattr(target, "exact_block_size", 3)
-    assert target._chunks(1, 0) == [(0, 1)]  # one-token step
-    assert target._chunks(5, 0) == [(0, 3), (3, 5)]  # last committed token + 4 drafts
-    assert target._chunks(12, 8) == [(0, 9), (9, 12)]  # a 9-token prompt + 3 drafts
-    assert target._chunks(4, 1) == [(0, 3), (3, 4)]  # 2 uncached committed tokens + 2 drafts
-    monkeypatch.setattr(target, "exact_blocks", False)
-    assert target._chunks(12, 8) == [(0, 12)]
-
-
-def test_a_file_truncated_or_overwritten_under_a_loaded_model_changes_nothing(
-    gguf_files, target, tmp_path
-):
-    """Weights are read into memory, not mapped: a mapped file truncated under a running model
-    kills the process with SIGBUS, and one overwritten in place changes its weights silently."""
-    copy = tmp_path / "copy.gguf"
-    copy.write_bytes(gguf_files["target"].read_bytes())
-    model = load_model(copy, n_threads=1)
-    size = copy.stat().st_size
-    with copy.open("r+b") as f:  # same size, every byte after the header overwritten
-        f.seek(4096)
-        f.write(b"\x7f" * (size - 4096))
-    os.truncate(copy, 100)
-    prefix, block = [1, 4, 5], [4, 4, 5]
-    target.reset()
-    assert np.array_equal(model.score(prefix, block), target.score(prefix, block))

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import time
 
+import numpy as np
 import pytest
 
 from spec_decode.backends import assembly, cache, converted, registry, verified
@@ -305,3 +306,25 @@ def test_atomic_file_keeps_the_old_content_on_failure(tmp_path):
         raise RuntimeError
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["f"]
     assert (target.stat().st_mode & 0o777) == 0o666 & ~cache._umask()
+
+
+def test_a_file_truncated_or_overwritten_under_a_loaded_model_changes_nothing(tmp_path):
+    """Weights are read into memory, not mapped: a mapped file truncated under a running model
+    kills the process with SIGBUS, and one overwritten in place changes its weights silently."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gguf")
+    from spec_decode.backends.llamacpp import load_model
+    from spec_decode.certify.tiny_gguf import tiny_weights, write_gguf
+
+    original = write_gguf(tmp_path / "target.gguf", tiny_weights(0, logit_scale=6.0))
+    target = load_model(original, n_threads=1)
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(original.read_bytes())
+    model = load_model(copy, n_threads=1)
+    size = copy.stat().st_size
+    with copy.open("r+b") as f:  # same size, every byte after the header overwritten
+        f.seek(4096)
+        f.write(b"\x7f" * (size - 4096))
+    os.truncate(copy, 100)
+    prefix, block = [1, 4, 5], [4, 4, 5]
+    assert np.array_equal(model.score(prefix, block), target.score(prefix, block))

@@ -1,19 +1,13 @@
-"""Tree speculation: construction, the adjusted q, both certificates and their broken variants,
-theory against measurement, and the tree-vs-chain trade-off.
-
-Statistical tests: significance 1e-3 each; the sample size comes from ``samples_for_power`` so each
-test detects any total-variation distance >= 0.06 over its cells with probability >= 0.99. They
-use a peaked draft unrelated to the target, so rejections are frequent and siblings drawn without
-replacement remove a lot of mass: the broken variants then differ from the target by TV > 0.1.
-"""
+"""Tree speculation: construction, the adjusted q, generation mechanics and the command line
+(the certificates: test_tree_certificates.py; theory against measurement: test_tree_theory.py)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
 import pytest
+from tree_pairs import rng
 from typer.testing import CliRunner
 
 from spec_decode import (
@@ -25,35 +19,10 @@ from spec_decode import (
     random_markov,
 )
 from spec_decode.certify.enumeration import enumerate_outputs
-from spec_decode.certify.exhaustive import exact_tree_distribution
-from spec_decode.certify.generators import tree_generator
-from spec_decode.certify.goodness_of_fit import samples_for_power
-from spec_decode.certify.reference import TV_TOLERANCE
-from spec_decode.certify.statistical import statistical_certificate
-from spec_decode.certify.zoo.trees import UnadjustedTreeDrafter, tree_without_residual_update
 from spec_decode.cli.app import app
 from spec_decode.core.tree import ROOT, TokenTree, TreeShape, score_tree
-from spec_decode.core.tree_rules import verify_tree
-from spec_decode.drafting.policies import expected_tokens_per_pass
 from spec_decode.drafting.speculative import generate_tree
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter, draw_siblings
-from spec_decode.theory.standard import (
-    MAX_THEORY_BRANCHES,
-    markov_expectation,
-    sibling_outcome,
-    tree_markov_expectation,
-    tree_tokens_per_pass,
-)
-
-
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
-def pair(vocab: int, order: int = 1, agreement: float = 0.5):
-    target = random_markov(vocab, seed=vocab + 10 * order, order=order)
-    return target, draft_from_target(target, agreement, seed=99)
-
 
 # ---- representation and drafting ---------------------------------------------------------------
 
@@ -260,246 +229,6 @@ def test_misbehaving_rules_and_scorers_are_refused(pair32):
 
     with pytest.raises(ValueError, match="target score has shape"):
         generate_tree(ShortScorer(), draft, [0], 10, (2, 2), rng())
-
-
-# ---- exhaustive certificate --------------------------------------------------------------------
-
-CONTROLS = {
-    "plain": SamplingParams(),
-    "temperature 0.7, top-k 2": SamplingParams(temperature=0.7, top_k=2),
-    "top-p 0.8": SamplingParams(top_p=0.8),
-    "greedy": SamplingParams(temperature=0),
-}
-#: (vocabulary, widths, tokens, Markov order): every case covers at least one full tree step.
-CASES = [
-    (2, (2, 1), 3, 1),
-    (2, (2, 2), 3, 1),
-    (3, (2,), 3, 1),
-    (3, (2, 1), 3, 1),
-    (3, (1, 2), 3, 1),
-    (4, (2,), 2, 1),
-    (4, (3,), 2, 1),
-    (3, (3,), 2, 2),
-    (2, (2, 1), 3, 2),
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("case", "replacement", "control"), list(itertools.product(CASES, [True, False], CONTROLS))
-)
-def test_tree_generator_is_exact(case, replacement, control):
-    vocab, widths, n_tokens, order = case
-    target, draft = pair(vocab, order)
-    result = exact_tree_distribution(
-        target,
-        draft,
-        [0] * order,
-        n_tokens,
-        widths,
-        sampling=CONTROLS[control],
-        replacement=replacement,
-    )
-    assert abs(result.total_probability - 1) < TV_TOLERANCE
-    assert result.tv < TV_TOLERANCE
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("replacement", [True, False])
-def test_tree_generator_is_exact_over_two_full_steps(replacement):
-    target, draft = pair(3)
-    result = exact_tree_distribution(target, draft, [0], 4, (2,), replacement=replacement)
-    assert abs(result.total_probability - 1) < TV_TOLERANCE
-    assert result.tv < TV_TOLERANCE
-
-
-#: The broken variants of spec_decode.certify.zoo.trees, as generator arguments for a given draft
-#: and controls.
-BROKEN = {
-    "residual not updated between siblings": lambda draft, sampling: {
-        "rule": tree_without_residual_update
-    },
-    "without replacement, verified with the unadjusted q": lambda draft, sampling: {
-        "drafter": UnadjustedTreeDrafter(draft, sampling)
-    },
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", BROKEN)
-@pytest.mark.parametrize("control", ["plain", "temperature 0.7"])
-def test_exhaustive_certificate_fails_the_broken_variants(name, control):
-    sampling = SamplingParams(temperature=0.7) if control != "plain" else SamplingParams()
-    target, draft = pair(3)
-    result = exact_tree_distribution(
-        target, draft, [0], 3, (2, 1), sampling=sampling, **BROKEN[name](draft, sampling)
-    )
-    assert result.tv > 1e-3
-
-
-def test_broken_residual_is_invisible_on_a_chain():
-    """With one child per node the 'no update' rule IS the exact rule: only trees expose it."""
-    target, draft = pair(3)
-    result = exact_tree_distribution(
-        target, draft, [0], 3, (1, 1), rule=tree_without_residual_update
-    )
-    assert result.tv < TV_TOLERANCE
-
-
-# ---- statistical certificate -------------------------------------------------------------------
-
-SIGNIFICANCE = 1e-3
-DETECTABLE_TV = 0.06
-RUNS = samples_for_power(cells=4 * 4, tv=DETECTABLE_TV, significance=SIGNIFICANCE, power=0.99)
-
-
-@pytest.fixture
-def peaked_pair():
-    """A 4-token target and a peaked draft unrelated to it."""
-    target = random_markov(4, seed=1)
-    return target, draft_from_target(target, 0.0, seed=2, concentration=0.2)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("widths", "kwargs"),
-    [
-        ((2, 1), {}),
-        ((3,), {"replacement": False, "sampling": SamplingParams(temperature=0.8, top_k=3)}),
-    ],
-)
-def test_statistical_certificate_passes(peaked_pair, widths, kwargs):
-    target, draft = peaked_pair
-    generate = tree_generator(target, draft, [0], widths, **kwargs)
-    depth = len(widths)
-    certificate = statistical_certificate(
-        generate,
-        target,
-        [0],
-        depth,
-        RUNS,
-        seed=11,
-        sampling=kwargs.get("sampling"),
-        significance=SIGNIFICANCE,
-    )
-    assert certificate.passed, certificate.tests
-    assert all(tv <= DETECTABLE_TV + 1e-9 for tv in certificate.detectable_tv.values())
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", BROKEN)
-def test_statistical_certificate_fails_the_broken_variants(peaked_pair, name):
-    target, draft = peaked_pair
-    generate = tree_generator(target, draft, [0], (2,), **BROKEN[name](draft, SamplingParams()))
-    certificate = statistical_certificate(
-        generate, target, [0], 1, RUNS, seed=11, significance=SIGNIFICANCE
-    )
-    assert all(test.rejected for test in certificate.tests.values()), certificate.tests
-
-
-# ---- theory ------------------------------------------------------------------------------------
-
-
-def test_one_sibling_is_the_chain_rule():
-    target, draft = pair(6)
-    p, q = target.table[0], draft.table[0]
-    accepted, stopped = sibling_outcome(p, q, 1)
-    np.testing.assert_array_equal(accepted, np.minimum(p, q))
-    np.testing.assert_allclose(stopped, np.maximum(p - q, 0), atol=1e-16)
-
-
-@pytest.mark.parametrize("replacement", [True, False])
-@pytest.mark.parametrize("width", [1, 2, 3])
-def test_sibling_outcome_is_what_the_code_does(width, replacement):
-    """The closed form against the real drafter and rule, enumerated at one node."""
-    target, draft = pair(4, agreement=0.3)
-    p, q = target.table[1], draft.table[1]
-
-    def program(source):
-        siblings = draw_siblings(q, width, replacement, source)
-        tree = TokenTree(
-            tuple(t for t, _ in siblings),
-            (ROOT,) * len(siblings),
-            np.array([r for _, r in siblings]),
-        )
-        emitted = verify_tree(np.tile(p, (len(siblings) + 1, 1)), tree, source).emitted
-        return [emitted[0], len(emitted) - 1]  # the first token, and whether it was a draft
-
-    enumeration = enumerate_outputs(program)
-    accepted, stopped = sibling_outcome(p, q, width, replacement)
-    assert accepted.sum() + stopped.sum() == pytest.approx(1, abs=1e-14)
-    for token in range(4):
-        assert enumeration.distribution.get((token, 1), 0) == pytest.approx(
-            accepted[token], abs=1e-14
-        )
-        assert enumeration.distribution.get((token, 0), 0) == pytest.approx(
-            stopped[token], abs=1e-14
-        )
-
-
-def test_fixed_pair_formula_reduces_to_the_iid_formula_for_a_chain():
-    target, draft = pair(5)
-    p, q = target.table[2], draft.table[2]
-    alpha = float(np.minimum(p, q).sum())
-    assert tree_tokens_per_pass(p, q, (1, 1, 1)) == pytest.approx(
-        expected_tokens_per_pass(alpha, 3)
-    )
-    assert tree_tokens_per_pass(p, q, (3, 1, 1)) > tree_tokens_per_pass(p, q, (1, 1, 1))
-
-
-@pytest.mark.parametrize("k", [1, 4])
-@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.6, top_p=0.9)])
-def test_chain_shaped_tree_theory_equals_the_chain_theory(pair32, k, sampling):
-    target, draft = pair32
-    chain = markov_expectation(target, draft, k, sampling)
-    for replacement in (True, False):
-        tree = tree_markov_expectation(target, draft, (1,) * k, sampling, replacement)
-        assert tree.tokens_per_pass == pytest.approx(chain.tokens_per_pass, rel=1e-12)
-        assert tree.acceptance_rate == pytest.approx(chain.acceptance_rate, rel=1e-12)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("widths", "replacement", "order"),
-    [((3, 2, 1), True, 1), ((2, 2), False, 1), ((6,), True, 1), ((2, 1), False, 2)],
-)
-def test_measured_tokens_per_pass_within_three_percent_of_theory(widths, replacement, order):
-    target = random_markov(32 if order == 1 else 8, seed=1, order=order)
-    draft = draft_from_target(target, 0.5, seed=2)
-    trace = generate_tree(target, draft, [0] * order, 4000, widths, rng(), replacement=replacement)
-    expectation = tree_markov_expectation(target, draft, widths, replacement=replacement)
-    assert trace.tokens_per_pass == pytest.approx(expectation.tokens_per_pass, rel=0.03)
-    assert trace.accepted / trace.target_passes == pytest.approx(
-        expectation.accepted_per_pass, rel=0.05
-    )
-
-
-@pytest.mark.slow
-def test_tree_beats_the_chain_at_equal_drafted_tokens_when_acceptance_is_low():
-    """At agreement 0.2 (alpha ~0.47) the 6-node tree (2,1,1) beats the 6-token chain; at 0.9 the
-    chain wins: a wide tree cannot emit more than depth + 1 tokens per pass."""
-    target = random_markov(32, seed=0)
-    low = draft_from_target(target, 0.2, seed=1)
-    tree = generate_tree(target, low, [0], 5000, (2, 1, 1), rng())
-    chain = generate_speculative(target, low, [0], 5000, 6, rng())
-    assert tree.proposed / tree.target_passes == pytest.approx(6, abs=0.01)  # 6 nodes a step
-    assert tree.tokens_per_pass > 1.04 * chain.tokens_per_pass
-    assert (
-        tree_markov_expectation(target, low, (2, 1, 1)).tokens_per_pass
-        > 1.05 * markov_expectation(target, low, 6).tokens_per_pass
-    )
-    high = draft_from_target(target, 0.9, seed=1)
-    assert (
-        tree_markov_expectation(target, high, (2, 1, 1)).tokens_per_pass
-        < markov_expectation(target, high, 6).tokens_per_pass
-    )
-
-
-def test_theory_without_replacement_refuses_an_unaffordable_width(pair32):
-    target, draft = pair32
-    assert MAX_THEORY_BRANCHES < 32 * 32**4
-    with pytest.raises(ValueError, match="branches"):
-        tree_markov_expectation(target, draft, (5,), replacement=False)
 
 
 # ---- command line ------------------------------------------------------------------------------

@@ -1,0 +1,18 @@
+"""Fixtures of the backend tests."""
+
+from __future__ import annotations
+
+import pytest
+from calibration_toys import CLOCK, CountingModel
+
+from spec_decode.backends import calibration
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    """A toy model on the simulated clock, with a cache of its own."""
+    monkeypatch.setenv("SPEC_DECODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(calibration, "_clock", CLOCK)
+    weights = tmp_path / "model.gguf"
+    weights.write_bytes(b"0123")
+    return CountingModel(weights)
