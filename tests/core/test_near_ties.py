@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from test_choice_stable import SAMPLINGS  # the same seven sampling settings
+from test_choice_stable import FAST, SAMPLINGS  # the same seven sampling settings
+from tiers import fast_only
 
 from spec_decode import SamplingParams, draft_from_target, random_markov
 from spec_decode.certify.identity import identity_certificate, target_only_run
@@ -123,7 +124,7 @@ DRAFTERS = ["lookup", "model", "tree"]
 SEEDS = 250
 
 
-@pytest.mark.parametrize("sampling_name", SAMPLINGS)
+@pytest.mark.parametrize("sampling_name", fast_only(SAMPLINGS, FAST))
 @pytest.mark.parametrize("drafter", DRAFTERS)
 def test_settled_coupled_output_is_target_only_output(drafter, sampling_name):
     certificate, target = certify(drafter, SAMPLINGS[sampling_name], range(40))

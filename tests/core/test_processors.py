@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tiers import fast_only
 
 from spec_decode import SamplingParams, draft_from_target, random_markov
 from spec_decode.certify.exhaustive import (
@@ -79,7 +80,7 @@ def models(kind: str):
 
 @pytest.mark.parametrize("control", CONTROLS)
 @pytest.mark.parametrize("rule", [exact_rule, coupled_rule], ids=["standard", "coupled"])
-@pytest.mark.parametrize("kind", PROCESSORS)
+@pytest.mark.parametrize("kind", fast_only(PROCESSORS, ["all three"]))
 def test_processed_speculation_is_exact_by_enumeration(kind, rule, control):
     target, draft, _ = models(kind)
     sampling = CONTROLS[control]
@@ -88,7 +89,7 @@ def test_processed_speculation_is_exact_by_enumeration(kind, rule, control):
     assert result.tv < TV_TOLERANCE
 
 
-@pytest.mark.parametrize("kind", PROCESSORS)
+@pytest.mark.parametrize("kind", fast_only(PROCESSORS, ["all three"]))
 def test_a_raw_draft_and_lookup_drafts_are_exact_too(kind):
     """The drafts need not be processed (q is whatever they drew from), and a lookup draft the
     grammar forbids is simply rejected."""
@@ -101,7 +102,7 @@ def test_a_raw_draft_and_lookup_drafts_are_exact_too(kind):
     assert model.tv < TV_TOLERANCE and lookup.tv < TV_TOLERANCE
 
 
-@pytest.mark.parametrize("kind", ["penalties", "grammar"])
+@pytest.mark.parametrize("kind", fast_only(["penalties", "grammar"], ["grammar"]))
 def test_processed_trees_are_exact_by_enumeration(kind):
     target, draft, _ = models(kind)
     standard = exact_tree_distribution(target, draft, PROMPT, 3, (2, 1))
@@ -168,7 +169,7 @@ def test_the_statistical_certificate_fails_broken_processing(name):
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(0.0), SamplingParams(0.7)], ids=str)
-@pytest.mark.parametrize("kind", PROCESSORS)
+@pytest.mark.parametrize("kind", fast_only(PROCESSORS, ["all three"]))
 def test_coupled_processed_output_is_target_only_output_for_every_seed(kind, sampling):
     target, draft, _ = models(kind)
 
