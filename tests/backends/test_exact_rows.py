@@ -208,6 +208,19 @@ def test_the_check_fails_on_the_stock_build(kquant_gguf):
     assert blocks[4]["rows"] and blocks[8]["rows"] and blocks[16]["rows"]
 
 
+@needs_patched
+def test_the_check_fails_where_attention_is_not_batch_invariant(kquant_gguf):
+    """The negative control every build can run: with flash attention on and a cache past 256
+    cells, attention tiles the keys differently for a block than for one row, and the check
+    finds every block row different (the backend keeps flash attention off for this reason)."""
+    result = row_mismatches(kquant_gguf, blocks=(2, 4, 16), prompt_len=300, flash_attention=True)
+    assert all(r["rows"] == list(range(size)) for size, r in result.items()), result
+    assert not any(
+        row_mismatches(kquant_gguf, blocks=(2, 4, 16), prompt_len=300)[size]["rows"]
+        for size in (2, 4, 16)
+    )
+
+
 @pytest.fixture(scope="module")
 def self_drafted(kquant_gguf):
     """The K-quant target and, as its draft, a second copy of the same model: every greedy or

@@ -32,14 +32,20 @@ def row_mismatches(
     threads: int = 2,
     seed: int = 0,
     token_range: tuple[int, int] | None = None,
+    flash_attention: bool = False,
 ) -> dict[int, dict]:
     """For each block size B: ``{"rows": [indices of rows that differ], "max_abs_diff": float}``.
 
     Tokens are drawn at random (``seed``) from ``token_range`` (default: the whole vocabulary
-    except its first 3 ids); flash attention is off, as in the backend.
+    except its first 3 ids). Flash attention is off, as in the backend; ``flash_attention``
+    turns it on, which tiles the keys differently for several query rows than for one once the
+    cache passes 256 cells: the check's negative control on a build whose kernels are exact.
     """
     longest = max(blocks)
-    with RawContext(model_path, n_ctx=prompt_len + longest + 1, threads=threads) as raw:
+    n_ctx = prompt_len + longest + 1
+    with RawContext(
+        model_path, n_ctx=n_ctx, threads=threads, flash_attention=flash_attention
+    ) as raw:
         low, high = token_range or (3, raw.n_vocab)
         tokens = np.random.default_rng(seed).integers(low, high, size=prompt_len + longest)
         tokens = tokens.tolist()
