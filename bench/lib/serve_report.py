@@ -117,7 +117,7 @@ def markdown(results: dict) -> str:
     lines += [
         "",
         "llama-server is built from the llama.cpp that llama-cpp-python 0.3.36 vendors "
-        "(BENCHMARKS.md, 'llama-server': the build and its flags on this CPU).",
+        "(BENCHMARKS.md, 'Fast by default': the build and its flags).",
     ]
     env = " ".join(f"{k}={v}" for k, v in results.get("server_env", {}).items())
     lines += [
