@@ -224,6 +224,7 @@ def parse_args() -> argparse.Namespace:
         "--render", action="store_true", help="only redraw STEM.md and STEM.png from STEM.json"
     )
     args = parser.parse_args()
+    args.env = dict(pair.split("=", 1) for pair in args.env)
     if args.render:
         return args
     chosen = variants(args, assembly.gguf_file(registry.DEFAULT_DRAFT))
@@ -257,7 +258,7 @@ def make_servers(args: argparse.Namespace) -> dict[str, Server]:
     """Every chosen variant's server (not yet started), its log in a temporary folder."""
     target = assembly.gguf_file(registry.DEFAULT_TARGET)
     logs = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    theirs_env = dict(os.environ) | dict(pair.split("=", 1) for pair in args.env)
+    theirs_env = dict(os.environ) | args.env
     ours_env = theirs_env | ({"PYTHONPATH": args.ours_pythonpath} if args.ours_pythonpath else {})
     return {
         v.name: Server(
@@ -302,7 +303,7 @@ def main() -> None:
         "seed": args.seed,
         "commands": {name: shlex.join(s.command) for name, s in servers.items()},
         "ours_pythonpath": args.ours_pythonpath,
-        "server_env": dict(pair.split("=", 1) for pair in args.env),
+        "server_env": args.env,
         "requests": {v.name: v.request for v in args.chosen},
         "references": {v.name: v.reference for v in args.chosen},
         "start_seconds": reps.started,

@@ -78,7 +78,7 @@ def parse_args() -> argparse.Namespace:
         "bench/results/cpu_subset.*, the full table stays",
     )
     args = parser.parse_args()
-    known = [*OURS, *OURS_HF, *THEIRS]
+    known = [*OURS, *(OURS_HF if args.transformers else ()), *THEIRS]
     args.variants = args.variants.split(",") if args.variants else None
     unknown = set(args.variants or ()) - set(known)
     if unknown:
