@@ -90,6 +90,71 @@ def test_the_index_is_cut_at_its_depth():
         SuffixIndex(depth=1)
 
 
+def brute_force_continuation(documents, context, max_match, min_match, depth, min_probability):
+    """The suffix drafter's rule by direct counting over every document: a reference for the
+    index's scans."""
+
+    def followers(substring):  # the token after each occurrence, within the depth
+        if len(substring) >= depth:
+            return []
+        n = len(substring)
+        return [
+            doc[i + n]
+            for doc in documents
+            for i in range(len(doc) - n)
+            if doc[i : i + n] == substring
+        ]
+
+    substring = None
+    for m in range(min(max_match, len(context), depth - 1), min_match - 1, -1):
+        if followers(context[len(context) - m :]):
+            substring = list(context[len(context) - m :])
+            break
+    proposal, probability = [], 1.0
+    while substring is not None and (after := followers(substring)):
+        counts = {token: after.count(token) for token in after}
+        token = min(counts, key=lambda t: (-counts[t], t))
+        probability *= counts[token] / len(after)
+        if probability < min_probability:
+            break
+        proposal.append(token)
+        substring.append(token)
+    return proposal
+
+
+def test_the_index_counts_as_a_suffix_tree_would():
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        documents = [
+            list(rng.integers(0, 3, rng.integers(1, 40))) for _ in range(rng.integers(1, 4))
+        ]
+        documents = [[int(t) for t in doc] for doc in documents]
+        index = SuffixIndex(depth=int(rng.integers(2, 9)))
+        for doc in documents:
+            index.start_document()
+            index.extend(doc)
+        context = documents[-1]
+        for max_match, min_match, min_probability in [(3, 1, 0.0), (5, 2, 0.3), (1, 1, 0.5)]:
+            _, node = index.longest_match(context, max_match, min_match)
+            assert continuation(node, 50, min_probability) == brute_force_continuation(
+                documents, context, max_match, min_match, index.depth, min_probability
+            )
+
+
+def test_the_history_forgets_its_oldest_requests_first():
+    history = SuffixHistory(max_tokens=8)
+    history.add([1, 2, 3, 4])
+    history.add([5, 6, 7])
+    drafter = SuffixDrafter(10, min_match=2, history=history)
+    assert drafter.propose([0, 1, 2], 2, None)[0] == [3, 4]  # 8 tokens with the separator
+    history.add([8, 9])
+    drafter.begin_request()
+    assert drafter.propose([0, 1, 2], 2, None)[0] == []  # the first request is forgotten whole
+    assert drafter.propose([0, 5, 6], 2, None)[0] == [7]
+    with pytest.raises(ValueError, match="max_tokens"):
+        SuffixHistory(max_tokens=0)
+
+
 def test_a_shared_history_proposes_what_earlier_requests_did():
     history = SuffixHistory()
     history.add([7, 1, 2, 3, 4, 5, 6, 8])  # an earlier request

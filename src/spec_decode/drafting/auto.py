@@ -142,20 +142,19 @@ class AutoPlanner:
         """The drafter and k with the most expected tokens per second (("", 0): a plain target
         pass), with every deterministic drafter's proposal (at most ``k_max`` tokens).
 
-        The first step of a generation is a plain pass: it reads the prompt, and its token is
-        the first to stream, as soon as target-only decoding would stream it (drafts scored in
-        the same call would delay it by their cost)."""
+        The first step of a generation is a plain pass, planned without asking any drafter: it
+        reads the prompt, and its token is the first to stream, as soon as target-only decoding
+        would stream it (drafts scored in the same call would delay it by their cost, and so
+        would a drafter indexing a long prompt before it)."""
         cap = min(self.k_max, k_max)
         best, best_rate = ("", 0), (1.0 + self.margin) / self.costs.target(1)
-        if cap == 0:
+        if cap == 0 or trace.target_passes == 0:
             return Plan(*best)
         proposals = {
             name: drafter.propose_tokens(context, cap)
             for name, drafter in self.drafters.items()
             if name != self.model
         }
-        if trace.target_passes == 0:
-            return Plan(*best, proposals)
         for name, proposal in proposals.items():
             survival = copy_survival(
                 trace,

@@ -7,13 +7,13 @@ node's continued occurrences that went to that child is the empirical probabilit
 continues that way, and drafting stops once the product of these probabilities (the empirical
 chance the whole draft is right) falls below a threshold.
 
-:class:`SuffixIndex` holds the same counts as that suffix tree, cut at ``depth`` tokens: it is the
-trie of every substring of length <= ``depth`` (a suffix tree without path compression, which
-changes no count). Appending a token costs O(depth): the nodes of the last ``depth`` suffixes are
-kept (the "active" nodes) and each steps to its child for the new token, so nothing is ever
-rebuilt while the context only grows, which it does during generation (rejected drafts never enter
-it). A match walks down from the root once per candidate length, at most max_match^2 dictionary
-steps, the same walk for the request's own index and for a shared history.
+:class:`SuffixIndex` gives the same counts as that suffix tree, cut at ``depth`` tokens, without
+building it: it keeps the tokens in one array and finds a substring's occurrences by scanning
+it (:class:`Occurrences`, vectorised, narrowing the candidates one token at a time). Appending
+is free, which matters because a long prompt is indexed before its request's second token and
+every finished request is added to the shared history; a match costs one comparison over the
+array and then work proportional to the occurrences. Memory is one integer a token, where the
+tree held up to ``depth`` nodes.
 
 :class:`SuffixDrafter` indexes the prompt and the output so far and, optionally, reads a
 :class:`SuffixHistory` shared across requests in one process: the finished sequences of earlier
@@ -27,81 +27,130 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from spec_decode.drafting.drafters import OneHotProposals
 
+#: The most tokens a shared history keeps (8 bytes each); older requests are forgotten first.
+MAX_HISTORY = 1 << 20
+#: Stands between documents in the index: no token equals it, so no match spans two documents.
+SEPARATOR = -1
 
-class _Node:
-    """A substring: how often it occurred, how often something followed it, and what did."""
 
-    __slots__ = ("children", "continued", "count")
+@dataclass(frozen=True, eq=False)
+class Occurrences:
+    """Where a substring of ``length`` tokens occurred and was followed by a token:
+    ``after[i]`` is the index, in ``tokens``, of the token that followed occurrence i."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.continued = 0
-        self.children: dict[int, _Node] = {}
+    tokens: np.ndarray
+    after: np.ndarray
+    length: int
+    depth: int
+
+    @property
+    def continued(self) -> int:
+        """How often the substring was followed by a token (within the index's depth)."""
+        return int(self.after.size) if self.length < self.depth else 0
+
+    def child(self, token: int) -> Occurrences:
+        """The occurrences of the substring extended by ``token``, as followed by a token."""
+        after = self.after[self.tokens[self.after] == token] + 1
+        after = after[after < self.tokens.size]
+        return Occurrences(
+            self.tokens, after[self.tokens[after] != SEPARATOR], self.length + 1, self.depth
+        )
 
 
 class SuffixIndex:
-    """Occurrence counts of every substring of at most ``depth`` tokens of a growing sequence."""
+    """Occurrence counts of every substring of at most ``depth`` tokens of a growing sequence
+    (and of earlier sequences, :meth:`start_document`)."""
 
     def __init__(self, depth: int) -> None:
         if depth < 2:
             raise ValueError(f"depth must be >= 2, got {depth}")
         self.depth = depth
-        self.tokens: list[int] = []
-        self._root = _Node()
-        self._active = [self._root]  # _active[m]: the node of the last m tokens
+        self.tokens: list[int] = []  # the current document
+        self._array = np.empty(1024, dtype=np.int64)  # every document, separated
+        self._size = 0
 
     def extend(self, tokens: Sequence[int]) -> None:
-        """Append ``tokens``, counting each new substring ending at each of them."""
-        for token in tokens:
-            token = int(token)
-            active = [self._root]
-            for node in self._active[: self.depth]:
-                child = node.children.get(token)
-                if child is None:
-                    child = node.children[token] = _Node()
-                child.count += 1
-                node.continued += 1
-                active.append(child)
-            self._active = active
-            self.tokens.append(token)
+        """Append ``tokens`` to the current document."""
+        self._append(tokens)
+        self.tokens.extend(int(token) for token in tokens)
 
     def start_document(self) -> None:
         """Begin a new sequence: later tokens form substrings with each other only."""
+        if self._size:
+            self._append([SEPARATOR])
         self.tokens = []
-        self._active = [self._root]
+
+    def forget_oldest(self, keep: int) -> None:
+        """Drop the oldest tokens, whole documents where it can, until at most ``keep`` remain
+        (the current document's :attr:`tokens` are not touched)."""
+        if self._size <= keep:
+            return
+        cut = self._size - keep
+        separators = np.flatnonzero(self._array[cut : self._size] == SEPARATOR)
+        if separators.size:
+            cut += int(separators[0]) + 1
+        kept = self._array[cut : self._size].copy()
+        self._array[: kept.size] = kept
+        self._size = kept.size
+
+    def _append(self, tokens: Sequence[int]) -> None:
+        needed = self._size + len(tokens)
+        if needed > self._array.size:
+            grown = np.empty(max(needed, 2 * self._array.size), dtype=np.int64)
+            grown[: self._size] = self._array[: self._size]
+            self._array = grown
+        self._array[self._size : needed] = tokens
+        self._size = needed
 
     def longest_match(
         self, context: Sequence[int], max_match: int, min_match: int
-    ) -> tuple[int, _Node | None]:
+    ) -> tuple[int, Occurrences | None]:
         """The longest suffix of ``context`` (``min_match`` to ``max_match`` tokens) that was
-        followed by something here: its length and node, or (0, None)."""
-        for m in range(min(max_match, len(context), self.depth - 1), min_match - 1, -1):
-            node: _Node | None = self._root
-            for token in context[len(context) - m :]:
-                node = node.children.get(int(token))
-                if node is None:
-                    break
-            if node is not None and node.continued:
-                return m, node
-        return 0, None
+        followed by something here: its length and occurrences, or (0, None)."""
+        longest = min(max_match, len(context), self.depth - 1)
+        if longest < min_match or longest < 1:
+            return 0, None
+        array = self._array[: self._size]
+        suffix = np.asarray(context[len(context) - longest :], dtype=np.int64)
+        after = np.flatnonzero(array[:-1] == suffix[-1]) + 1  # occurrences of the last token
+        after = after[array[after] != SEPARATOR]
+        found: tuple[int, Occurrences | None] = (0, None)
+        for m in range(1, longest + 1):
+            if m > 1:  # narrow to the occurrences preceded by the suffix's next token back
+                after = after[after > m - 1]
+                after = after[array[after - m] == suffix[-m]]
+            if not after.size:
+                break
+            if m >= min_match:
+                found = (m, Occurrences(array, after, m, self.depth))
+        return found
 
 
-def continuation(node: _Node | None, max_tokens: int, min_probability: float) -> list[int]:
-    """The most frequent continuation after ``node``: follows the most frequent child (lowest id
-    on ties) while the product of the empirical continuation frequencies
-    count(child) / continued(node) stays >= ``min_probability``, for at most ``max_tokens``
+def continuation(node: Occurrences | None, max_tokens: int, min_probability: float) -> list[int]:
+    """The most frequent continuation after ``node``: follows the most frequent next token
+    (lowest id on ties) while the product of the empirical continuation frequencies
+    count(token) / continued(node) stays >= ``min_probability``, for at most ``max_tokens``
     tokens (and never deeper than the index)."""
     tokens: list[int] = []
     probability = 1.0
     while node is not None and node.continued and len(tokens) < max_tokens:
-        token, child = min(node.children.items(), key=lambda item: (-item[1].count, item[0]))
-        probability *= child.count / node.continued
+        if node.after.size == 1:  # one occurrence: what followed it, every frequency being 1
+            begin = int(node.after[0])
+            room = min(max_tokens - len(tokens), node.depth - node.length)
+            text = node.tokens[begin : begin + room]
+            ends = np.flatnonzero(text == SEPARATOR)
+            return tokens + text[: ends[0] if ends.size else text.size].tolist()
+        values, counts = np.unique(node.tokens[node.after], return_counts=True)
+        best = int(np.argmax(counts))  # the first of the most frequent: the lowest id
+        probability *= counts[best] / node.continued
         if probability < min_probability:
             break
-        tokens.append(token)
-        node = child
+        tokens.append(int(values[best]))
+        node = node.child(tokens[-1])
     return tokens
 
 
@@ -112,16 +161,23 @@ class SuffixHistory:
     Add a request's sequence (prompt and output) with :meth:`add` after it finished, never while
     a drafter reading this history is in the middle of a request: a proposal must not depend on
     the request's own future. A drafter checks this (:attr:`version`) and raises if it happens.
+    It keeps the newest ``max_tokens`` tokens: a server's history stays bounded however long it
+    runs, and so does the scan of a match.
     """
 
-    def __init__(self, depth: int = 32) -> None:
+    def __init__(self, depth: int = 32, max_tokens: int = MAX_HISTORY) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self.index = SuffixIndex(depth)
+        self.max_tokens = max_tokens
         self.version = 0
 
     def add(self, tokens: Sequence[int]) -> None:
-        """Index one finished sequence (nothing spans from an earlier one into it)."""
+        """Index one finished sequence (nothing spans from an earlier one into it), forgetting
+        the oldest sequences beyond ``max_tokens`` tokens in all."""
         self.index.start_document()
         self.index.extend(tokens)
+        self.index.forget_oldest(self.max_tokens)
         self.version += 1
 
 
