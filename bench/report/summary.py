@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ DOCUMENT = Path(__file__).resolve().parents[2] / "BENCHMARKS.md"
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help; no options
     changed = render(DOCUMENT)
     print(f"{DOCUMENT.name}: {'table updated' if changed else 'table unchanged'}")
 
