@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from spec_decode.certify.engine_audit import audit_engine, exact_joint
 from spec_decode.certify.engines import BUGS, CONTROLS, ENGINES, ToyEngine
+from spec_decode.certify.engines_llamaserver import LlamaServerEngine
 from spec_decode.cli.app import app
 from spec_decode.core.sampling import SamplingParams
 
@@ -87,6 +88,14 @@ def test_the_command_lists_audits_and_exits_by_verdict():
     assert failed.exit_code == 1 and "FAIL" in failed.output
     for bad in (["no_such_module:factory"], ["ours", "--tokens", "9"], []):
         assert runner.invoke(app, ["audit-engine", *bad]).exit_code == 2, bad
+
+
+def test_an_engine_refused_before_starting_has_nothing_to_close():
+    """Arguments refused before any server started: the half-built engine's close (also run by
+    the garbage collector) stops nothing and raises nothing."""
+    with pytest.raises(ValueError, match="unknown mode"):
+        LlamaServerEngine("no-such-mode")
+    LlamaServerEngine.__new__(LlamaServerEngine).close()
 
 
 @pytest.mark.slow

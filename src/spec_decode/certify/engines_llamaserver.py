@@ -160,10 +160,12 @@ class LlamaServerEngine:
         return [int(t) for t in answer["tokens"]]
 
     def close(self) -> None:
-        """Stop both servers."""
-        for server in self._servers:
+        """Stop both servers (those started: a constructor that refused its arguments started
+        none)."""
+        for server in getattr(self, "_servers", ()):
             server.stop()
-        self._folder.cleanup()
+        if hasattr(self, "_folder"):
+            self._folder.cleanup()
 
     def __del__(self) -> None:
         self.close()
