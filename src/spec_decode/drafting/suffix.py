@@ -37,6 +37,13 @@ MAX_HISTORY = 1 << 20
 SEPARATOR = -1
 
 
+def followed(tokens: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """The positions in ``after`` that hold a token of the same document: an occurrence ending
+    just before one was followed by something."""
+    after = after[after < tokens.size]
+    return after[tokens[after] != SEPARATOR]
+
+
 @dataclass(frozen=True, eq=False)
 class Occurrences:
     """Where a substring of ``length`` tokens occurred and was followed by a token:
@@ -54,11 +61,8 @@ class Occurrences:
 
     def child(self, token: int) -> Occurrences:
         """The occurrences of the substring extended by ``token``, as followed by a token."""
-        after = self.after[self.tokens[self.after] == token] + 1
-        after = after[after < self.tokens.size]
-        return Occurrences(
-            self.tokens, after[self.tokens[after] != SEPARATOR], self.length + 1, self.depth
-        )
+        after = followed(self.tokens, self.after[self.tokens[self.after] == token] + 1)
+        return Occurrences(self.tokens, after, self.length + 1, self.depth)
 
 
 class SuffixIndex:
@@ -116,8 +120,7 @@ class SuffixIndex:
             return 0, None
         array = self._array[: self._size]
         suffix = np.asarray(context[len(context) - longest :], dtype=np.int64)
-        after = np.flatnonzero(array[:-1] == suffix[-1]) + 1  # occurrences of the last token
-        after = after[array[after] != SEPARATOR]
+        after = followed(array, np.flatnonzero(array == suffix[-1]) + 1)  # of the last token
         found: tuple[int, Occurrences | None] = (0, None)
         for m in range(1, longest + 1):
             if m > 1:  # narrow to the occurrences preceded by the suffix's next token back
