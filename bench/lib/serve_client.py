@@ -1,11 +1,14 @@
-"""The serving benchmark's client side: the server variants, one streamed turn timed on the client,
-one session (every turn re-sending the conversation), and the chat template check."""
+"""The serving benchmark's client side: the server variants and their command lines, one streamed
+turn timed on the client, one session (every turn re-sending the conversation), and the chat
+template check."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import openai
@@ -29,6 +32,32 @@ class Variant:
     args: tuple[str, ...] = ()
     request: dict[str, object] = field(default_factory=dict)
     reference: str = BASELINE
+
+
+def server_command(
+    variant: Variant,
+    *,
+    target: Path,
+    port: int,
+    threads: int,
+    ctx: int,
+    llama_server: str | None,
+    ours_command: str,
+) -> list[str]:
+    """The command line that starts ``variant`` on ``port``: llama-server on the ``target``
+    GGUF with one slot, or ours (``ours_command``), each with its variant's arguments."""
+    if variant.engine == "llama-server":
+        return [
+            str(llama_server),
+            *("-m", str(target), "-t", str(threads), "-c", str(ctx)),
+            *("--host", "127.0.0.1", "--port", str(port), "-np", "1", "--no-webui"),
+            *variant.args,
+        ]
+    return [
+        *shlex.split(ours_command),
+        *("--host", "127.0.0.1", "--port", str(port), "--threads", str(threads)),
+        *variant.args,
+    ]
 
 
 def case_name(session: Session) -> str:

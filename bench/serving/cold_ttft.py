@@ -14,23 +14,26 @@ completions, from two seeds.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib.machine import machine
 from bench.lib.prompt_sets import code_edit_sessions, humaneval, mtbench_conversations
+from bench.lib.repetitions import interleaved
 from bench.lib.results import write_results
+from bench.lib.serve_client import BASELINE, Variant, run_turn, server_command
 from bench.lib.servers import Server
 from spec_decode.backends import assembly, registry
 
-BASELINE = "llama-server target-only"
-OURS = "ours default"
+VARIANTS = (
+    Variant(BASELINE, "llama-server"),
+    Variant("ours target-only", "ours", ("--draft", "none")),
+    Variant("ours default", "ours"),
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,58 +55,52 @@ def parse_args() -> argparse.Namespace:
 
 
 def make_servers(args: argparse.Namespace) -> dict[str, Server]:
-    target = str(assembly.gguf_file(registry.DEFAULT_TARGET))
+    target = assembly.gguf_file(registry.DEFAULT_TARGET)
     logs = Path(tempfile.mkdtemp(prefix="cold-ttft-"))
-    ours = ["spec-decode", "serve", "--host", "127.0.0.1", "--threads", str(args.threads)]
-    commands = {
-        BASELINE: [args.llama_server, "-m", target, "-t", str(args.threads), "-c", "4096",
-                   "--host", "127.0.0.1", "-np", "1", "--no-webui"],
-        "ours target-only": [*ours, "--draft", "none"],
-        OURS: ours,
-    }  # fmt: skip
-    return {
-        name: Server([*command, "--port", str(args.port + i)], args.port + i, logs / f"{i}.log")
-        for i, (name, command) in enumerate(commands.items())
-    }
+    servers = {}
+    for i, variant in enumerate(VARIANTS):
+        port = args.port + i
+        command = server_command(
+            variant,
+            target=target,
+            port=port,
+            threads=args.threads,
+            ctx=4096,
+            llama_server=args.llama_server,
+            ours_command="spec-decode serve",
+        )
+        servers[variant.name] = Server(command, port, logs / f"{i}.log")
+    return servers
 
 
-def prompts(seeds: list[int]) -> list[tuple[str, str]]:
-    """(name, text) of each prompt: chat first turns, then raw HumanEval completions."""
-    found = []
+def requests(seeds: list[int]) -> dict[str, dict[str, object]]:
+    """Each prompt's request by name: chat first turns (``messages``), then raw HumanEval
+    completions (``prompt``), without their opening (:func:`cold`)."""
+    found: dict[str, dict[str, object]] = {}
     for seed in seeds:
-        sessions = code_edit_sessions(2, seed, 1) + mtbench_conversations(3, seed)
-        found += [(f"{s.category} {s.source_id}", s.turns[0]) for s in sessions]
-        found += [(f"humaneval {p.source_id}", p.text) for p in humaneval(3, seed)]
+        for s in code_edit_sessions(2, seed, 1) + mtbench_conversations(3, seed):
+            found[f"{s.category} {s.source_id}"] = {
+                "messages": [{"role": "user", "content": s.turns[0]}]
+            }
+        for prompt in humaneval(3, seed):
+            found[f"humaneval {prompt.source_id}"] = {"prompt": prompt.text}
     return found
 
 
-def first_token_seconds(server: Server, name: str, text: str, rep: int) -> float:
-    """One streamed request of two tokens, read to its end: seconds until its first text."""
-    client, model = server.client()
+def cold(request: dict[str, object], rep: int) -> dict[str, object]:
+    """``request`` opened by a line naming repetition ``rep`` (a system message, or a comment
+    before a raw prompt): no server holds it cached from the last repetition."""
     opening = f"Repetition {rep}. You are a careful assistant.\n"
-    common = {"model": model, "max_tokens": 2, "temperature": 0.0, "stream": True}
-    begin = time.perf_counter()
-    if name.startswith("humaneval"):
-        chunks = client.completions.create(prompt=f"# {opening}{text}", **common)
-        texts = (chunk.choices[0].text for chunk in chunks if chunk.choices)
-    else:
-        messages = [{"role": "system", "content": opening}, {"role": "user", "content": text}]
-        chunks = client.chat.completions.create(messages=messages, **common)
-        texts = (chunk.choices[0].delta.content for chunk in chunks if chunk.choices)
-    first = None
-    for piece in texts:  # read to the end: a stream left open would hold the next request up
-        if piece and first is None:
-            first = time.perf_counter() - begin
-    if first is None:
-        raise RuntimeError(f"no text came back for {name}")
-    return first
+    if "messages" in request:
+        return {"messages": [{"role": "system", "content": opening}, *request["messages"]]}
+    return {"prompt": f"# {opening}{request['prompt']}"}
 
 
 def markdown(results: dict) -> str:
     info, seconds = results["machine"], results["seconds"]
-    servers = list(seconds)
-    medians = {s: {p: statistics.median(t) for p, t in seconds[s].items()} for s in servers}
-    names = list(medians[BASELINE])
+    names = list(seconds)
+    servers = list(seconds[names[0]])
+    medians = {n: {s: statistics.median(seconds[n][s]) for s in servers} for n in names}
     lines = [
         "## Time to first token on cold prompts (`python bench/serving/cold_ttft.py`)",
         "",
@@ -116,11 +113,13 @@ def markdown(results: dict) -> str:
         "|---" * (len(servers) + 1) + "|",
     ]
     for name in names:
-        row = " | ".join(f"{1000 * medians[s][name]:.0f}" for s in servers)
+        row = " | ".join(f"{1000 * medians[name][s]:.0f}" for s in servers)
         lines.append(f"| {name} | {row} |")
     lines.append("")
-    for server in servers[1:]:
-        ratios = [medians[server][n] / medians[BASELINE][n] for n in names]
+    for server in servers:
+        if server == BASELINE:
+            continue
+        ratios = [medians[n][server] / medians[n][BASELINE] for n in names]
         sooner = sum(r <= 1 for r in ratios)
         lines.append(
             f"- {server}: no later than {BASELINE} on {sooner} of {len(names)} prompts; "
@@ -131,22 +130,30 @@ def markdown(results: dict) -> str:
 
 def main() -> None:
     args = parse_args()
-    servers, chosen = make_servers(args), prompts(args.seeds)
+    servers, chosen = make_servers(args), requests(args.seeds)
+    variants = {v.name: v for v in VARIANTS}
     info = machine()
-    seconds: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
-    order = random.Random(0)
+    clients = {}
+
+    def first_token(name: str, server: str, rep: int) -> dict[str, object]:
+        client, model = clients[server]
+        turn = run_turn(client, model, variants[server], cold(chosen[name], rep), tokens=2)
+        if turn["ttft_s"] is None:
+            raise RuntimeError(f"{server} returned no text for {name}")
+        return {"tokens": [0] * turn["completion_tokens"], **turn}
+
     try:
-        for server in servers.values():
+        for name, server in servers.items():
             server.start()
-        for rep in range(args.reps):
-            for name, text in chosen:
-                for server_name in order.sample(list(servers), len(servers)):
-                    took = first_token_seconds(servers[server_name], name, text, rep)
-                    seconds[server_name].setdefault(name, []).append(took)
-            print(f"repetition {rep + 1} of {args.reps} done", flush=True)
+            clients[name] = server.client()
+        raw = interleaved(list(chosen), lambda _: list(servers), args.reps, first_token)
     finally:
         for server in servers.values():
             server.stop()
+    seconds = {  # the servers in VARIANTS' order, whatever order they answered in
+        name: {server: [r["ttft_s"] for r in by_server[server]] for server in servers}
+        for name, by_server in raw.items()
+    }
     results = {"machine": info, "threads": args.threads, "reps": args.reps, "seeds": args.seeds,
                "seconds": seconds}  # fmt: skip
     write_results(args.stem, results, markdown)

@@ -66,6 +66,7 @@ from bench.lib.serve_client import (
     case_name,
     round_robin,
     run_session,
+    server_command,
     template_check,
 )
 from bench.lib.serve_report import identity, markdown, plot, summarize
@@ -100,22 +101,6 @@ def variants(args: argparse.Namespace, draft: Path) -> list[Variant]:
         ),
     ]
     return theirs + (ours if args.ours else [])
-
-
-def command(variant: Variant, args: argparse.Namespace, target: Path, port: int) -> list[str]:
-    """The command line that starts ``variant`` on ``port``."""
-    if variant.engine == "llama-server":
-        return [
-            str(args.llama_server),
-            *("-m", str(target), "-t", str(args.threads), "-c", str(args.ctx)),
-            *("--host", "127.0.0.1", "--port", str(port), "-np", "1", "--no-webui"),
-            *variant.args,
-        ]
-    return [
-        *shlex.split(args.ours_command),
-        *("--host", "127.0.0.1", "--port", str(port), "--threads", str(args.threads)),
-        *variant.args,
-    ]
 
 
 class OutOfBudget(Exception):
@@ -262,7 +247,15 @@ def make_servers(args: argparse.Namespace) -> dict[str, Server]:
     ours_env = theirs_env | ({"PYTHONPATH": args.ours_pythonpath} if args.ours_pythonpath else {})
     return {
         v.name: Server(
-            command(v, args, target, args.port + i),
+            server_command(
+                v,
+                target=target,
+                port=args.port + i,
+                threads=args.threads,
+                ctx=args.ctx,
+                llama_server=args.llama_server,
+                ours_command=args.ours_command,
+            ),
             args.port + i,
             logs / f"{i}.log",
             ours_env if v.engine == "ours" else theirs_env,

@@ -29,9 +29,16 @@ def test_the_table_reports_medians_and_how_often_ours_is_no_later(cold_ttft):
         "threads": 2,
         "reps": 3,
         "seconds": {
-            "llama-server target-only": {"a": [1.0, 1.2, 5.0], "b": [2.0, 2.0, 2.0]},
-            "ours target-only": {"a": [0.9, 1.1, 1.0], "b": [2.2, 2.2, 2.1]},
-            "ours default": {"a": [1.2, 1.2, 1.2], "b": [1.0, 1.9, 2.0]},
+            "a": {
+                "llama-server target-only": [1.0, 1.2, 5.0],
+                "ours target-only": [0.9, 1.1, 1.0],
+                "ours default": [1.2, 1.2, 1.2],
+            },
+            "b": {
+                "llama-server target-only": [2.0, 2.0, 2.0],
+                "ours target-only": [2.2, 2.2, 2.1],
+                "ours default": [1.0, 1.9, 2.0],
+            },
         },
     }
     table = cold_ttft.markdown(results)
