@@ -1,11 +1,8 @@
 """The exact-rows llama.cpp build (``spec-decode build-kernels``): every row of a block of 1..64
 tokens bitwise equal to the same token scored alone, on a tiny GGUF with the kernels that matter.
 
-The model (Llama architecture, 2 layers, width 256, 512-token vocabulary) is written with
-``gguf.GGUFWriter`` from random K-quant blocks, laid out like the packaged Q4_K_M target: Q4_K
-projections (repacked 8x8 on AVX2: the one-row GEMV and the 4-row GEMM), Q6_K ``attn_v``,
-``ffn_down`` (layer 0) and output (the vec_dot below 8 rows, the tiled kernel from 8). gguf-py has
-no K-quant quantizer; random blocks with moderate scales are valid weights all the same.
+The model is a tiny random K-quant GGUF laid out like the packaged Q4_K_M target
+(:mod:`kquant_gguf`).
 
 - ``test_blocks_of_1_to_64_are_bitwise_one_token_rows`` runs where the loaded llama.cpp is the
   exact-rows build and is skipped, saying why, elsewhere.
@@ -26,97 +23,26 @@ import numpy as np
 import pytest
 
 pytest.importorskip("llama_cpp")
-gguf = pytest.importorskip("gguf")
+pytest.importorskip("gguf")
 
-from spec_decode import SamplingParams, generate_autoregressive  # noqa: E402
-from spec_decode.backends.llamacpp import LlamaCppModel  # noqa: E402
-from spec_decode.backends.llamacpp.exact_rows import row_mismatches  # noqa: E402
-from spec_decode.backends.llamacpp.kernels import (  # noqa: E402
+from kquant_gguf import write_kquant_gguf
+
+from spec_decode import SamplingParams, generate_autoregressive
+from spec_decode.backends.llamacpp import LlamaCppModel
+from spec_decode.backends.llamacpp.exact_rows import row_mismatches
+from spec_decode.backends.llamacpp.kernels import (
     exact_block_size,
     invariant_batch_size,
     kernels_status,
     patched_exact_rows,
 )
-from spec_decode.backends.llamacpp.library import own_library_folder  # noqa: E402
-from spec_decode.certify.identity import identity_certificate, target_only_run  # noqa: E402
-from spec_decode.certify.tiny_gguf import close_writer, llama_writer  # noqa: E402
-from spec_decode.core.coupled import coupled_rule  # noqa: E402
-from spec_decode.drafting.speculative import generate_speculative  # noqa: E402
+from spec_decode.backends.llamacpp.library import own_library_folder
+from spec_decode.certify.identity import identity_certificate, target_only_run
+from spec_decode.core.coupled import coupled_rule
+from spec_decode.drafting.speculative import generate_speculative
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 256, 2, 4, 2, 512, 512
-QK_K = 256
-Q4_K, Q6_K = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
 BLOCKS = tuple(range(1, 65))
 PROMPT = 24
-
-
-def q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
-    """Random Q4_K blocks (d, dmin: fp16; 12 bytes of 6-bit scales and mins; 128 bytes of
-    nibbles) whose weights have a spread of about 1/sqrt(cols)."""
-    n = rows * cols // QK_K
-    blocks = np.zeros((n, 144), np.uint8)
-    blocks[:, 0:2] = (
-        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)), np.float16).view(np.uint8).reshape(n, 2)
-    )
-    blocks[:, 2:4] = (
-        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)) * 7.5 * 32 / 24, np.float16)
-        .view(np.uint8)
-        .reshape(n, 2)
-    )
-    scales = rng.integers(16, 48, size=(n, 16))  # 8 scales then 8 mins, 6 bits each
-    packed = np.zeros((n, 12), np.uint8)  # the Q4_K 12-byte scale layout (ggml-quants.c)
-    for j in range(8):
-        sc, mn = scales[:, j], scales[:, 8 + j]
-        if j < 4:
-            packed[:, j] = sc
-            packed[:, j + 4] = mn
-        else:
-            packed[:, j + 4] = (sc & 0xF) | ((mn & 0xF) << 4)
-            packed[:, j - 4] |= ((sc >> 4) << 6).astype(np.uint8)
-            packed[:, j] |= ((mn >> 4) << 6).astype(np.uint8)
-    blocks[:, 4:16] = packed
-    blocks[:, 16:] = rng.integers(0, 256, size=(n, 128), dtype=np.uint8)
-    return blocks.reshape(rows, cols // QK_K * 144)
-
-
-def q6_k(rng: np.random.Generator, rows: int, cols: int, spread: float = 1.0) -> np.ndarray:
-    """Random Q6_K blocks (128 bytes low nibbles, 64 bytes high bits, 16 int8 scales, fp16 d)."""
-    n = rows * cols // QK_K
-    blocks = np.zeros((n, 210), np.uint8)
-    blocks[:, :192] = rng.integers(0, 256, size=(n, 192), dtype=np.uint8)
-    blocks[:, 192:208] = rng.integers(-60, 60, size=(n, 16)).astype(np.int8).view(np.uint8)
-    d = np.full(n, spread / (60 * 18 * np.sqrt(cols)), np.float16)
-    blocks[:, 208:210] = d.view(np.uint8).reshape(n, 2)
-    return blocks.reshape(rows, cols // QK_K * 210)
-
-
-def write_kquant_gguf(path: Path, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    kv = KV_HEADS * HIDDEN // HEADS
-    tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(VOCAB - 3)]
-    shape = (HIDDEN, LAYERS, HEADS, KV_HEADS, FFN)
-    writer = llama_writer(path, tokens, [0.0] * VOCAB, context=256, shape=shape)
-
-    def add(name: str, data: np.ndarray, rows: int, cols: int, qtype) -> None:
-        assert data.shape == (rows, cols // QK_K * (144 if qtype == Q4_K else 210))
-        writer.add_tensor(name, data, raw_dtype=qtype)  # bytes per row; gguf derives the shape
-
-    add("token_embd.weight", q4_k(rng, VOCAB, HIDDEN), VOCAB, HIDDEN, Q4_K)
-    writer.add_tensor("output_norm.weight", np.ones(HIDDEN, np.float32))
-    add("output.weight", q6_k(rng, VOCAB, HIDDEN, spread=4.0), VOCAB, HIDDEN, Q6_K)
-    for i in range(LAYERS):
-        mixed = Q6_K if i == 0 else Q4_K  # Q4_K_M: some layers keep attn_v and ffn_down in Q6_K
-        make = q6_k if i == 0 else q4_k
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(HIDDEN, np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(HIDDEN, np.float32))
-        add(f"blk.{i}.attn_q.weight", q4_k(rng, HIDDEN, HIDDEN), HIDDEN, HIDDEN, Q4_K)
-        add(f"blk.{i}.attn_k.weight", q4_k(rng, kv, HIDDEN), kv, HIDDEN, Q4_K)
-        add(f"blk.{i}.attn_v.weight", make(rng, kv, HIDDEN), kv, HIDDEN, mixed)
-        add(f"blk.{i}.attn_output.weight", q4_k(rng, HIDDEN, HIDDEN), HIDDEN, HIDDEN, Q4_K)
-        add(f"blk.{i}.ffn_gate.weight", q4_k(rng, FFN, HIDDEN), FFN, HIDDEN, Q4_K)
-        add(f"blk.{i}.ffn_up.weight", q4_k(rng, FFN, HIDDEN), FFN, HIDDEN, Q4_K)
-        add(f"blk.{i}.ffn_down.weight", make(rng, HIDDEN, FFN), HIDDEN, FFN, mixed)
-    return close_writer(writer, path)
 
 
 @pytest.fixture(scope="module")

@@ -62,18 +62,21 @@ def load(
     weights: str = "fp16",
     threads: int | None = None,
     device: str = "cpu",
+    draft: bool = False,
 ) -> Loaded:
-    """Load ``name_or_path`` (a packaged name, a GGUF file or a transformers folder).
+    """Load ``name_or_path`` (a packaged name, a GGUF file or a transformers folder) as the
+    target or, with ``draft``, as a draft.
 
     ``weights`` and ``device`` apply to transformers only (on the CPU fp16, fp32 or int8 linear
     layers; on cuda bf16, fp16 or fp32); ``threads`` to llama.cpp only (default: every core),
-    which runs on the CPU. An unknown ``weights`` is refused on either backend.
+    which runs on the CPU, and checks a target's block rows (:mod:`.llamacpp.promise`). An
+    unknown ``weights`` is refused on either backend.
     """
     check_weights(backend, weights, device)
     if backend == "llama.cpp":
         if device != "cpu":
             raise ValueError("the llama.cpp backend runs on the CPU; use --backend transformers")
-        return _load_llamacpp(name_or_path, threads)
+        return _load_llamacpp(name_or_path, threads, check_rows=not draft)
     if backend == "transformers":
         return _load_transformers(name_or_path, weights, device)
     raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -124,14 +127,17 @@ def resolve_gguf(name_or_path: str) -> Path:
     return path
 
 
-def _load_llamacpp(name_or_path: str, threads: int | None) -> Loaded:
+def _load_llamacpp(name_or_path: str, threads: int | None, check_rows: bool) -> Loaded:
     from spec_decode.backends.llamacpp import load_model, load_tokenizer
 
+    def read() -> Any:
+        return load_model(resolve_gguf(name_or_path), n_threads=threads, check_rows=check_rows)
+
     start = time.perf_counter()
-    model = load_model(resolve_gguf(name_or_path), n_threads=threads)
+    model = read()
     if name_or_path in PREPARED and not assembly.is_verified(name_or_path):
         model.close()  # the file changed while it was read: verify it again, read it again
-        model = load_model(resolve_gguf(name_or_path), n_threads=threads)
+        model = read()
         if not assembly.is_verified(name_or_path):
             raise ValueError(
                 f"{name_or_path}: {assembly.gguf_path(name_or_path)} keeps changing while it is "

@@ -6,7 +6,8 @@ on (:mod:`spec_decode.backends.llamacpp.library`), and prints the ``LLAMA_CPP_LI
 makes other programs load them. With them loaded, the llama.cpp backend scores drafted blocks of
 up to 64 tokens in one call, every row bitwise the one-token row; without them it keeps the stock
 3-token exact blocks.
-``--status`` only says which build this process would load and what it guarantees.
+``--status`` only says which build this process would load and what it guarantees; with
+``--model`` also the exact block size for that model's weight types, checked on its weights.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def build_kernels_command(
     status: Annotated[
         bool, typer.Option("--status", help="Only report the build loaded and the cached one.")
     ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="With --status: a GGUF file or packaged name to check the blocks of."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Build llama.cpp kernels whose block rows are bitwise equal to one-token rows."""
@@ -48,7 +53,7 @@ def build_kernels_command(
     folder = build.lib_dir()
     info = build.read_build_info(folder)
     if status:
-        print_status(folder, info, as_json)
+        print_status(folder, info, as_json, model)
         return
     if info is None or force:
         try:
@@ -84,19 +89,27 @@ def build_kernels_command(
     print(f"export LLAMA_CPP_LIB_PATH={folder}")
 
 
-def print_status(folder: Path, info: dict | None, as_json: bool) -> None:
-    """Which libraries this process loads, what they guarantee, and the cached build."""
+def print_status(folder: Path, info: dict | None, as_json: bool, model: str | None) -> None:
+    """Which libraries this process loads, what they guarantee (for ``model`` too, when
+    named), and the cached build."""
     from spec_decode.backends.llamacpp.library import LibrariesMissing
 
+    rows = None
     try:
         from spec_decode.backends.llamacpp.kernels import exact_block_size, kernels_status
 
         loaded, exact = kernels_status(), exact_block_size()
+        rows = None if model is None else model_exact_rows(model)
     except LibrariesMissing as error:
         loaded, exact = str(error), None
+    except (ValueError, FileNotFoundError) as error:
+        console.print(f"[red]error:[/] {error}")
+        raise typer.Exit(2) from error
     payload = {
         "loaded": loaded,
         "exact_block_size": exact,
+        "model": model,
+        "model_exact_rows": rows,
         "LLAMA_CPP_LIB_PATH": os.environ.get("LLAMA_CPP_LIB_PATH"),
         "cached_build": str(folder) if info else None,
         "cached_build_info": info,
@@ -105,4 +118,19 @@ def print_status(folder: Path, info: dict | None, as_json: bool) -> None:
         print_json(payload)
         return
     console.print(loaded)
+    if rows is not None:
+        console.print(f"{model}: {rows['why']}")
     console.print(f"cached build for this CPU: {folder if info else 'none'}")
+
+
+def model_exact_rows(model: str) -> dict[str, object]:
+    """The exact block size of ``model`` (a GGUF path or packaged name) on the loaded build and
+    why: its weight types against the covered ones, checked on its weights (cached)."""
+    from spec_decode.backends.llamacpp.model import LlamaCppModel
+    from spec_decode.backends.loading import resolve_gguf
+
+    loaded = LlamaCppModel(resolve_gguf(model), n_ctx=256)
+    try:
+        return loaded.exact_rows.report()
+    finally:
+        loaded.close()

@@ -76,9 +76,11 @@ class EngineConfig:
             check_weights(backend, weights, self.device)
         return backend
 
-    def load(self, backend: str, name: str, weights: str) -> Loaded:
-        """Load the target or the draft ``name`` with these threads and this device."""
-        return load(backend, name, weights=weights, threads=self.threads, device=self.device)
+    def load(self, backend: str, name: str, weights: str, draft: bool = False) -> Loaded:
+        """Load the target or (``draft``) the draft ``name`` with these threads and device."""
+        return load(
+            backend, name, weights=weights, threads=self.threads, device=self.device, draft=draft
+        )
 
     @property
     def uses_auto(self) -> bool:

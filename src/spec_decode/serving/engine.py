@@ -101,7 +101,7 @@ class Engine:
             wants_model = draft_may_pay(backend, config.draft, config.threads, costs, k)
         draft = None
         if wants_model:
-            draft = config.load(backend, config.draft, config.draft_weights)
+            draft = config.load(backend, config.draft, config.draft_weights, draft=True)
             check_pair(target, draft)
             if costs is not None:
                 seconds = pass_seconds(backend, draft.model, max_block=1)[0][0]

@@ -18,6 +18,7 @@ from spec_decode.backends.llamacpp.kernels import (
     probabilities,
 )
 from spec_decode.backends.llamacpp.library import llama_cpp
+from spec_decode.backends.llamacpp.promise import exact_rows
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 DEFAULT_MAX_CTX = 4096
@@ -43,6 +44,11 @@ class LlamaCppModel(PrefixCachedModel):
         bitwise the one-token score (see :meth:`_chunks`); off, a block is one call.
     verbose
         Let llama.cpp print its load and timing logs.
+    check_rows
+        Make the promise per model (:mod:`.promise`): check, on this model's weights, which
+        block size this build scores bitwise like one-token passes, and use no more. A target
+        needs it; a draft does not (its proposals are exact whatever its rows: it proposes from
+        what it computed), so a draft takes the build's size unchecked and reuses its cache.
     mmap
         Memory-map the file instead of reading it into memory. Faster to load and shares the
         page cache, but the weights are then the file's current bytes: a file truncated while
@@ -59,11 +65,14 @@ class LlamaCppModel(PrefixCachedModel):
         exact_blocks: bool = True,
         verbose: bool = False,
         mmap: bool = False,
+        check_rows: bool = True,
     ) -> None:
         file = Path(path).expanduser()
         if not file.is_file():
             raise ValueError(f"no GGUF model file at {file}")
         init_backend(verbose)
+        # looked up now: at interpreter exit, where __del__ may run, the bindings cannot import
+        self._free = (llama_cpp.llama_batch_free, llama_cpp.llama_free, llama_cpp.llama_model_free)
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0
         model_params.load_mode = (
@@ -83,12 +92,22 @@ class LlamaCppModel(PrefixCachedModel):
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.context_window, 0, self.max_tree_leaves + 1)
         self._scratch = np.empty(self.vocab_size, dtype=np.float32)
-        self.exact_block_size = exact_block_size()
-        self.exact_blocks = exact_blocks
-        self.invariant_batch_size = invariant_batch_size()
         self.stats = ForwardStats()
         self._cached: list[int] = []
         self._invariant = 0  # the first cached tokens were all computed in invariant tiles
+        #: this model's exact block size on this build and why (:mod:`.promise`); None unchecked
+        self.exact_rows = (
+            exact_rows(file, self._probe, self.vocab_size, self.context_window)
+            if check_rows
+            else None
+        )
+        self.reset()
+        self.stats = ForwardStats()  # the row check's calls are not the caller's
+        self.exact_block_size = self.exact_rows.size if self.exact_rows else exact_block_size()
+        self.exact_blocks = exact_blocks
+        # a model whose rows fall short of the build's promise has no measured invariant tiles
+        reduced = self.exact_rows is not None and self.exact_rows.reduced
+        self.invariant_batch_size = None if reduced else invariant_batch_size()
 
     def _new_context(self) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
@@ -109,12 +128,15 @@ class LlamaCppModel(PrefixCachedModel):
 
     def close(self) -> None:
         """Free the llama.cpp batch, context and model (the object is unusable afterwards)."""
+        if not hasattr(self, "_free"):
+            return  # refused before loading anything
+        free_batch, free_context, free_model = self._free
         if getattr(self, "_ctx", None):
-            llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
+            free_batch(self._batch)
+            free_context(self._ctx)
             self._ctx = None
         if getattr(self, "_model", None):
-            llama_cpp.llama_model_free(self._model)
+            free_model(self._model)
             self._model = None
 
     def __del__(self) -> None:
@@ -154,6 +176,18 @@ class LlamaCppModel(PrefixCachedModel):
             self.reset()
             return 0
         return self._trim(keep)
+
+    def _probe(self, tokens: Sequence[int], first_position: int, n_rows: int) -> np.ndarray:
+        """Logits (a copy) of the first ``n_rows`` of ``tokens``, fed in ONE call at
+        ``first_position`` on after the cache is cut there: the row check of :mod:`.promise`,
+        outside the cache bookkeeping (which it resets)."""
+        self._cached, self._invariant = [], 0
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, first_position, -1)
+        for i, token in enumerate(tokens):
+            self._put(i, token, first_position + i, (0,), i < n_rows)
+        self._decode(len(tokens), time.perf_counter())
+        logits = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(logits, shape=(n_rows, self.vocab_size)).copy()
 
     def _dists(self, sequence: list[int], n_rows: int) -> np.ndarray:
         """Probabilities after each of the last ``n_rows`` prefixes of ``sequence``."""
@@ -333,8 +367,12 @@ def _path_sequences(parents: Sequence[int]) -> tuple[list[tuple[int, ...]], list
 
 
 def load_model(
-    path: str | Path, n_threads: int | None = None, n_ctx: int | None = None, mmap: bool = False
+    path: str | Path,
+    n_threads: int | None = None,
+    n_ctx: int | None = None,
+    mmap: bool = False,
+    check_rows: bool = True,
 ) -> LlamaCppModel:
-    """Load a GGUF file for CPU inference, read into memory unless ``mmap`` (see
-    :class:`LlamaCppModel`)."""
-    return LlamaCppModel(path, n_threads=n_threads, n_ctx=n_ctx, mmap=mmap)
+    """Load a GGUF file for CPU inference, read into memory unless ``mmap``, its rows checked
+    unless it is a draft (``check_rows``; see :class:`LlamaCppModel`)."""
+    return LlamaCppModel(path, n_threads=n_threads, n_ctx=n_ctx, mmap=mmap, check_rows=check_rows)

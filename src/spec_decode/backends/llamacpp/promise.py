@@ -1,0 +1,184 @@
+"""Which drafted block size is exact for one loaded model on this llama.cpp build, and why.
+
+A build's exactness is a property of its kernels, and a kernel is chosen per weight type: the
+exact-rows build (``spec-decode build-kernels``) makes the kernels of :data:`COVERED_TYPES`
+compute a block's rows bitwise like one-token rows, while other types (Q5_K, IQ4_XS, Q3_K were
+measured) keep kernels that sum the rows of a block of 8 or more in another order. So the
+promise is made per model, in two steps:
+
+1. the claim: the build's block size where every weight type of the file is covered, else
+   :data:`UNCOVERED_BLOCK` (on a stock build, its own small size whatever the types);
+2. the check: blocks of growing size up to the claim are scored on the model's own weights and
+   compared bitwise with one-token rows (:func:`checked_block_size`); the size used is the
+   largest before the first that differs.
+
+The result is cached by the file's fingerprint, the build and the CPU's flags
+(:func:`exact_rows`), so each model is checked once per machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spec_decode.backends.cache import atomic_write_text, cache_root
+from spec_decode.backends.llamacpp.gguf_header import fingerprint, weight_types
+from spec_decode.backends.llamacpp.isa import cpu_flags
+from spec_decode.backends.llamacpp.kernels import (
+    build_identity,
+    exact_block_size,
+    patched_exact_rows,
+)
+from spec_decode.backends.llamacpp.library import load, own_library_folder
+
+#: Weight types whose kernels the exact-rows build makes batch-invariant, each checked on the
+#: packaged target requantized to it (BENCHMARKS.md, "Exact rows by weight type").
+COVERED_TYPES = frozenset({"F32", "F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K"})
+#: The claim for a model with a weight type outside :data:`COVERED_TYPES`: below 8 rows every
+#: type takes its one-row kernel, so short blocks may hold; the check says how many do.
+UNCOVERED_BLOCK = 4
+#: Block sizes checked on the way up to the claim: where the kernels switch (8 rows: the GEMM
+#: paths; 4: the repacked kernels' row groups) and the claim itself.
+_LADDER = (2, 3, 4, 8, 16)
+#: Rows of each block compared with one-token rows: a kernel path is chosen for the whole call,
+#: so the first rows show it.
+_COMPARED_ROWS = 4
+_PROMPT = 8
+
+
+@dataclass(frozen=True)
+class ExactRows:
+    """The block size the backend feeds for one model, and the evidence for it."""
+
+    size: int  #: the longest block whose rows are bitwise one-token rows here
+    build_size: int  #: what the build promises for covered weight types
+    weight_types: tuple[str, ...]  #: the file's weight types
+    uncovered: tuple[str, ...]  #: those outside :data:`COVERED_TYPES`
+    checked: tuple[int, ...]  #: block sizes scored on the model's own weights
+    differed: int | None  #: the block size whose rows differed, if one did
+
+    @property
+    def why(self) -> str:
+        """One sentence: the size and the reason for it."""
+        checked = ", ".join(map(str, self.checked)) or "none"
+        if self.differed is not None:
+            return (
+                f"blocks of up to {self.size} tokens exact: rows of {self.differed}-token "
+                f"blocks differ from one-token rows on this model's weights "
+                f"({', '.join(self.uncovered) or 'its weight types'} on this build)"
+            )
+        if self.uncovered and self.size < self.build_size:
+            return (
+                f"blocks of up to {self.size} tokens exact: the exact-rows kernels do not cover "
+                f"{', '.join(self.uncovered)} (checked bitwise on this model: {checked})"
+            )
+        return (
+            f"blocks of up to {self.size} tokens exact (checked bitwise on this model: {checked})"
+        )
+
+    def report(self) -> dict[str, object]:
+        """The fields and :attr:`why`, for JSON output."""
+        return {**asdict(self), "why": self.why}
+
+    @property
+    def reduced(self) -> bool:
+        """Whether this model gets shorter blocks than the build promises for covered types."""
+        return self.size < self.build_size
+
+
+def claimed_block_size(types: Sequence[str], build_size: int, patched: bool) -> int:
+    """The size to check up to: the build's own on a stock build or where every type is covered,
+    else :data:`UNCOVERED_BLOCK` (never more than the build's)."""
+    if not patched or set(types) <= COVERED_TYPES:
+        return build_size
+    return min(build_size, UNCOVERED_BLOCK)
+
+
+#: ``decode(tokens, first_position, n_rows)``: logits of the first ``n_rows`` of ``tokens`` fed
+#: in ONE call at ``first_position`` on, after dropping every cached position from it.
+Decode = Callable[[Sequence[int], int, int], np.ndarray]
+
+
+def checked_block_size(
+    decode: Decode, claim: int, n_vocab: int, seed: int = 0
+) -> tuple[int, tuple[int, ...], int | None]:
+    """(size, sizes checked, the size that differed or None): scores blocks of the sizes in
+    :data:`_LADDER` below ``claim``, then ``claim``, after the same random prompt, and compares
+    the first rows of each bitwise with the same tokens scored one at a time."""
+    sizes = tuple(s for s in _LADDER if s < claim) + ((claim,) if claim > 1 else ())
+    if not sizes:
+        return claim, (), None
+    tokens = np.random.default_rng(seed).integers(3, n_vocab, size=_PROMPT + claim).tolist()
+    follow = tokens[_PROMPT:]
+    decode(tokens[:_PROMPT], 0, 1)
+    reference = np.concatenate(
+        [decode([follow[i]], _PROMPT + i, 1) for i in range(min(claim, _COMPARED_ROWS))]
+    )
+    exact, checked = 1, []
+    for size in sizes:
+        rows = min(size, _COMPARED_ROWS)
+        block = decode(follow[:size], _PROMPT, rows)
+        checked.append(size)
+        if not (block.view(np.uint32) == reference[:rows].view(np.uint32)).all():
+            return exact, tuple(checked), size
+        exact = size
+    return exact, tuple(checked), None
+
+
+def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRows:
+    """The promise for the GGUF at ``path`` loaded in this process with a context of ``n_ctx``
+    positions, from the cache when this file was checked on this build and CPU before, else
+    claimed, checked with ``decode`` (on the loaded model itself) and cached. In a context too
+    small for the whole claim, the blocks that fit are checked and that result is not cached."""
+    key = _cache_key(path)
+    cached = _read(key)
+    if cached is not None:
+        return cached
+    build_size = exact_block_size()
+    types = tuple(sorted(weight_types(path)))
+    claim = claimed_block_size(types, build_size, patched=patched_exact_rows() > 0)
+    room = n_ctx - _PROMPT
+    size, checked, differed = checked_block_size(decode, max(1, min(claim, room)), n_vocab)
+    if differed is None:
+        size = claim  # a context too small to check the whole claim cannot hold such blocks
+    result = ExactRows(
+        size=size,
+        build_size=build_size,
+        weight_types=types,
+        uncovered=tuple(t for t in types if t not in COVERED_TYPES),
+        checked=checked,
+        differed=differed,
+    )
+    if claim <= room:
+        atomic_write_text(_cache_file(key), json.dumps(asdict(result)))
+    return result
+
+
+def _cache_key(path: Path) -> str:
+    """The file's fingerprint, the loaded libraries (their folder and each file's size and
+    modification time: a rebuild changes it) and the CPU's flags."""
+    folder = load().folder or own_library_folder()
+    libraries = (
+        sorted(f"{f.name} {f.stat().st_size} {f.stat().st_mtime_ns}" for f in folder.glob("*.so*"))
+        if folder
+        else []
+    )
+    parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(cpu_flags()))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _cache_file(key: str) -> Path:
+    return cache_root() / "exact_rows" / f"{key}.json"
+
+
+def _read(key: str) -> ExactRows | None:
+    try:
+        data = json.loads(_cache_file(key).read_text())
+        return ExactRows(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    except (OSError, ValueError, TypeError):
+        return None

@@ -1,0 +1,105 @@
+"""Tiny random K-quant GGUFs for the exact-rows tests, laid out like the packaged Q4_K_M target
+(Llama architecture, 2 layers, width 256, 512-token vocabulary), written with
+``gguf.GGUFWriter`` from random K-quant blocks: Q4_K projections (repacked 8x8 on AVX2: the one-row
+GEMV and the 4-row GEMM), Q6_K ``attn_v``, ``ffn_down`` (layer 0) and output (the vec_dot below 8
+rows, the tiled kernel from 8). gguf-py has no K-quant quantizer; random blocks with moderate
+scales are valid weights all the same. ``projection="Q5_K"`` makes the projections Q5_K (a
+Q5_K_M model), a type the exact-rows kernels do not cover: the negative control of the
+per-model promise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from spec_decode.certify.tiny_gguf import close_writer, llama_writer
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 256, 2, 4, 2, 512, 512
+QK_K = 256
+Q4_K, Q5_K, Q6_K = (gguf.GGMLQuantizationType[name] for name in ("Q4_K", "Q5_K", "Q6_K"))
+#: bytes per block of 256 weights
+BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
+
+
+def q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q4_K blocks (d, dmin: fp16; 12 bytes of 6-bit scales and mins; 128 bytes of
+    nibbles) whose weights have a spread of about 1/sqrt(cols)."""
+    n = rows * cols // QK_K
+    blocks = np.zeros((n, 144), np.uint8)
+    blocks[:, 0:2] = (
+        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)), np.float16).view(np.uint8).reshape(n, 2)
+    )
+    blocks[:, 2:4] = (
+        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)) * 7.5 * 32 / 24, np.float16)
+        .view(np.uint8)
+        .reshape(n, 2)
+    )
+    scales = rng.integers(16, 48, size=(n, 16))  # 8 scales then 8 mins, 6 bits each
+    packed = np.zeros((n, 12), np.uint8)  # the Q4_K 12-byte scale layout (ggml-quants.c)
+    for j in range(8):
+        sc, mn = scales[:, j], scales[:, 8 + j]
+        if j < 4:
+            packed[:, j] = sc
+            packed[:, j + 4] = mn
+        else:
+            packed[:, j + 4] = (sc & 0xF) | ((mn & 0xF) << 4)
+            packed[:, j - 4] |= ((sc >> 4) << 6).astype(np.uint8)
+            packed[:, j] |= ((mn >> 4) << 6).astype(np.uint8)
+    blocks[:, 4:16] = packed
+    blocks[:, 16:] = rng.integers(0, 256, size=(n, 128), dtype=np.uint8)
+    return blocks.reshape(rows, cols // QK_K * 144)
+
+
+def q5_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q5_K blocks: Q4_K's header (d, dmin, 12 bytes of scales and mins), then 32 bytes
+    of high bits, then Q4_K's 128 bytes of nibbles."""
+    low = q4_k(rng, rows, cols).reshape(-1, 144)
+    high = rng.integers(0, 256, size=(len(low), 32), dtype=np.uint8)
+    return np.concatenate([low[:, :16], high, low[:, 16:]], axis=1).reshape(rows, -1)
+
+
+def q6_k(rng: np.random.Generator, rows: int, cols: int, spread: float = 1.0) -> np.ndarray:
+    """Random Q6_K blocks (128 bytes low nibbles, 64 bytes high bits, 16 int8 scales, fp16 d)."""
+    n = rows * cols // QK_K
+    blocks = np.zeros((n, 210), np.uint8)
+    blocks[:, :192] = rng.integers(0, 256, size=(n, 192), dtype=np.uint8)
+    blocks[:, 192:208] = rng.integers(-60, 60, size=(n, 16)).astype(np.int8).view(np.uint8)
+    d = np.full(n, spread / (60 * 18 * np.sqrt(cols)), np.float16)
+    blocks[:, 208:210] = d.view(np.uint8).reshape(n, 2)
+    return blocks.reshape(rows, cols // QK_K * 210)
+
+
+def write_kquant_gguf(path: Path, seed: int = 0, projection: str = "Q4_K") -> Path:
+    """The model at ``path``: its attention and feed-forward projections of type
+    ``projection`` (Q4_K or Q5_K), the rest laid out as in a Q4_K_M file."""
+    rng = np.random.default_rng(seed)
+    kv = KV_HEADS * HIDDEN // HEADS
+    tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(VOCAB - 3)]
+    shape = (HIDDEN, LAYERS, HEADS, KV_HEADS, FFN)
+    writer = llama_writer(path, tokens, [0.0] * VOCAB, context=256, shape=shape)
+    proj_type = gguf.GGMLQuantizationType[projection]
+    proj = {Q4_K: q4_k, Q5_K: q5_k}[proj_type]
+
+    def add(name: str, data: np.ndarray, rows: int, cols: int, qtype) -> None:
+        assert data.shape == (rows, cols // QK_K * BLOCK_BYTES[qtype])
+        writer.add_tensor(name, data, raw_dtype=qtype)  # bytes per row; gguf derives the shape
+
+    add("token_embd.weight", q4_k(rng, VOCAB, HIDDEN), VOCAB, HIDDEN, Q4_K)
+    writer.add_tensor("output_norm.weight", np.ones(HIDDEN, np.float32))
+    add("output.weight", q6_k(rng, VOCAB, HIDDEN, spread=4.0), VOCAB, HIDDEN, Q6_K)
+    for i in range(LAYERS):
+        mixed = Q6_K if i == 0 else proj_type  # *_K_M: some attn_v and ffn_down stay Q6_K
+        make = q6_k if i == 0 else proj
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(HIDDEN, np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(HIDDEN, np.float32))
+        add(f"blk.{i}.attn_q.weight", proj(rng, HIDDEN, HIDDEN), HIDDEN, HIDDEN, proj_type)
+        add(f"blk.{i}.attn_k.weight", proj(rng, kv, HIDDEN), kv, HIDDEN, proj_type)
+        add(f"blk.{i}.attn_v.weight", make(rng, kv, HIDDEN), kv, HIDDEN, mixed)
+        add(f"blk.{i}.attn_output.weight", proj(rng, HIDDEN, HIDDEN), HIDDEN, HIDDEN, proj_type)
+        add(f"blk.{i}.ffn_gate.weight", proj(rng, FFN, HIDDEN), FFN, HIDDEN, proj_type)
+        add(f"blk.{i}.ffn_up.weight", proj(rng, FFN, HIDDEN), FFN, HIDDEN, proj_type)
+        add(f"blk.{i}.ffn_down.weight", make(rng, HIDDEN, FFN), HIDDEN, FFN, mixed)
+    return close_writer(writer, path)

@@ -1,0 +1,113 @@
+"""The exact block size is promised per model (:mod:`spec_decode.backends.llamacpp.promise`): on
+the exact-rows build, a model whose weight types the kernels cover gets blocks of 64, one with an
+uncovered type (Q5_K, as in a Q5_K_M file) the short blocks its rows keep, and the bitwise check
+on the model's own weights catches a build that claims more than it computes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+
+from kquant_gguf import write_kquant_gguf
+
+from spec_decode import SamplingParams, generate_autoregressive
+from spec_decode.backends.llamacpp import LlamaCppModel, promise
+from spec_decode.backends.llamacpp.exact_rows import row_mismatches
+from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
+from spec_decode.certify.identity import identity_certificate, target_only_run
+from spec_decode.core.coupled import coupled_rule
+from spec_decode.drafting.speculative import generate_speculative
+
+pytestmark = pytest.mark.skipif(
+    patched_exact_rows() == 0,
+    reason="the loaded llama.cpp is not the exact-rows build (" + kernels_status() + ")",
+)
+
+
+@pytest.fixture(scope="module")
+def q4_k_m(tmp_path_factory) -> Path:
+    return write_kquant_gguf(tmp_path_factory.mktemp("q4km") / "q4_k_m.gguf")
+
+
+@pytest.fixture(scope="module")
+def q5_k_m(tmp_path_factory) -> Path:
+    return write_kquant_gguf(tmp_path_factory.mktemp("q5km") / "q5_k_m.gguf", projection="Q5_K")
+
+
+def load(path: Path) -> LlamaCppModel:
+    return LlamaCppModel(path, n_threads=2, n_ctx=256)
+
+
+def test_a_covered_model_gets_the_builds_blocks(q4_k_m):
+    rows = load(q4_k_m).exact_rows
+    assert rows.size == rows.build_size == 64 and not rows.reduced
+    assert rows.weight_types == ("F32", "Q4_K", "Q6_K") and rows.uncovered == ()
+    assert rows.checked[-1] == 64 and rows.differed is None
+
+
+def test_q5_k_rows_of_long_blocks_differ_on_this_build(q5_k_m):
+    """What makes the per-model promise necessary: the kernels the patch does not cover sum
+    rows of blocks of 8 or more in another order than one-token rows."""
+    result = row_mismatches(q5_k_m, blocks=(2, 4, 8, 16), prompt_len=24)
+    assert not result[2]["rows"] and not result[4]["rows"]
+    assert result[8]["rows"] and result[16]["rows"]
+
+
+def test_an_uncovered_model_gets_short_blocks_and_says_why(q5_k_m):
+    model = load(q5_k_m)
+    rows = model.exact_rows
+    assert rows.weight_types == ("F32", "Q4_K", "Q5_K", "Q6_K")
+    assert rows.uncovered == ("Q5_K",) and rows.reduced
+    assert model.exact_block_size == rows.size == promise.UNCOVERED_BLOCK
+    assert "do not cover Q5_K" in rows.why
+    assert model.invariant_batch_size is None  # no cached row is reused across prompts
+
+
+def test_the_check_catches_a_claim_the_rows_do_not_keep(q5_k_m, monkeypatch):
+    """The negative control: a table that wrongly lists Q5_K as covered claims 64, and the
+    bitwise check on the model's weights refuses it at the first block that differs."""
+    monkeypatch.setattr(promise, "COVERED_TYPES", promise.COVERED_TYPES | {"Q5_K"})
+    monkeypatch.setattr(promise, "_read", lambda key: None)  # not the promise cached above
+    rows = load(q5_k_m).exact_rows
+    assert rows.differed == 8 and rows.size == 4
+    assert "8-token blocks differ" in rows.why
+
+
+def test_the_promise_is_cached_per_model_build_and_cpu(q4_k_m, monkeypatch):
+    load(q4_k_m)
+
+    def no_check(*args, **kwargs):
+        raise AssertionError("a model checked before was checked again")
+
+    monkeypatch.setattr(promise, "checked_block_size", no_check)
+    assert load(q4_k_m).exact_rows.size == 64
+
+
+def test_greedy_and_seeded_output_on_an_uncovered_model_is_target_only_output(q5_k_m):
+    """With its blocks cut to what its rows keep, a Q5_K model self-drafting 16 tokens a step
+    (every draft its own choice) emits target-only output: greedy, and for each of 4 seeds at
+    T = 0.7 under the coupled rule."""
+    target, draft = load(q5_k_m), load(q5_k_m)
+    prompt = [5, 9, 13, 200, 7]
+    greedy = SamplingParams(temperature=0)
+    plain = generate_autoregressive(target, prompt, 80, np.random.default_rng(0), sampling=greedy)
+    spec = generate_speculative(
+        target, draft, prompt, 80, 16, np.random.default_rng(0), sampling=greedy
+    )
+    assert spec.tokens == plain.tokens and spec.acceptance_rate == 1.0
+    warm = SamplingParams(0.7)
+
+    def speculative(source, n):
+        return generate_speculative(
+            target, draft, prompt, n, 16, source, sampling=warm, rule=coupled_rule
+        )
+
+    certificate = identity_certificate(
+        speculative, target_only_run(target, prompt, warm), range(4), 80
+    )
+    assert certificate.passed, certificate.mismatched

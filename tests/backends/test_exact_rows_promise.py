@@ -1,0 +1,106 @@
+"""The per-model promise (:mod:`spec_decode.backends.llamacpp.promise`), without llama.cpp: the
+claim from the weight types, the bitwise check on a model's rows (against scorers that are exact,
+and deliberately broken ones it must catch), the GGUF header reader and the fingerprint."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from spec_decode.backends.llamacpp.gguf_header import fingerprint, weight_types
+from spec_decode.backends.llamacpp.promise import (
+    COVERED_TYPES,
+    UNCOVERED_BLOCK,
+    ExactRows,
+    checked_block_size,
+    claimed_block_size,
+)
+
+VOCAB = 50
+
+
+class ToyScorer:
+    """Logits that depend on a row's token and the tokens before it only: a model whose block
+    rows are one-token rows; ``breaks_from`` rows or more in a call add a rounding error to each
+    row (a kernel that sums long blocks in another order)."""
+
+    def __init__(self, breaks_from: int | None = None) -> None:
+        self.breaks_from = breaks_from
+        self.cache: list[int] = []
+        self.calls = 0
+
+    def __call__(self, tokens: Sequence[int], first_position: int, n_rows: int) -> np.ndarray:
+        self.calls += 1
+        del self.cache[first_position:]
+        rows = []
+        for token in tokens:
+            self.cache.append(int(token))
+            seed = hash(tuple(self.cache)) % 2**32
+            rows.append(np.random.default_rng(seed).standard_normal(VOCAB).astype(np.float32))
+        logits = np.array(rows[:n_rows])
+        if self.breaks_from is not None and len(tokens) >= self.breaks_from:
+            logits = np.nextafter(logits, np.float32(np.inf))
+        return logits
+
+
+def test_an_exact_scorer_keeps_the_claim() -> None:
+    size, checked, differed = checked_block_size(ToyScorer(), claim=64, n_vocab=VOCAB)
+    assert (size, differed) == (64, None)
+    assert checked == (2, 3, 4, 8, 16, 64)
+
+
+@pytest.mark.parametrize(("breaks_from", "expected"), [(8, 4), (4, 3), (2, 1), (64, 16)])
+def test_the_check_catches_rows_that_differ_by_one_ulp(breaks_from: int, expected: int) -> None:
+    """The negative control: a scorer whose blocks of ``breaks_from`` tokens or more are one ulp
+    off gets the largest size below, and the check names the size that differed."""
+    size, _, differed = checked_block_size(ToyScorer(breaks_from), claim=64, n_vocab=VOCAB)
+    assert size == expected
+    assert differed is not None and differed >= breaks_from
+
+
+def test_a_claim_of_one_checks_nothing() -> None:
+    scorer = ToyScorer()
+    assert checked_block_size(scorer, claim=1, n_vocab=VOCAB) == (1, (), None)
+    assert scorer.calls == 0
+
+
+def test_the_claim_follows_the_weight_types() -> None:
+    assert claimed_block_size(["F32", "Q4_K", "Q6_K"], 64, patched=True) == 64
+    assert claimed_block_size(["F32", "Q5_K", "Q6_K"], 64, patched=True) == UNCOVERED_BLOCK
+    assert claimed_block_size(["Q5_K"], 3, patched=False) == 3  # a stock build: its own size
+    assert claimed_block_size(["IQ4_XS"], 2, patched=True) == 2  # never more than the build's
+    assert {"Q4_K", "Q6_K", "F32"} <= COVERED_TYPES
+
+
+def test_why_names_the_reason() -> None:
+    covered = ExactRows(64, 64, ("F32", "Q4_K"), (), (2, 3, 4, 8, 16, 64), None)
+    assert not covered.reduced
+    assert "64" in covered.why and "checked bitwise" in covered.why
+    uncovered = ExactRows(4, 64, ("F32", "Q5_K"), ("Q5_K",), (2, 3, 4), None)
+    assert uncovered.reduced and "do not cover Q5_K" in uncovered.why
+    differed = ExactRows(3, 64, ("Q4_K",), (), (2, 3, 4), 4)
+    assert differed.reduced and "4-token blocks differ" in differed.why
+    assert differed.report()["why"] == differed.why
+
+
+def test_weight_types_and_fingerprint_of_a_gguf(tmp_path) -> None:
+    pytest.importorskip("gguf")
+    from spec_decode.certify.tiny_gguf import tiny_weights, write_gguf
+
+    weights = tiny_weights(seed=0, logit_scale=1.0)
+    plain = write_gguf(tmp_path / "f32.gguf", weights)
+    quantized = write_gguf(tmp_path / "q4.gguf", weights, quantized=True)
+    assert weight_types(plain) == {"F32": len(weights)}
+    matrices = sum(w.ndim == 2 for w in weights.values())
+    assert weight_types(quantized) == {"F32": len(weights) - matrices, "Q4_0": matrices}
+    assert fingerprint(plain) == fingerprint(plain)
+    assert fingerprint(plain) != fingerprint(quantized)
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path) -> None:
+    path = tmp_path / "x.gguf"
+    path.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="not a GGUF"):
+        weight_types(path)
