@@ -35,7 +35,8 @@ class Server:
         self.lines: list[str] = []
         self.ready = threading.Event()
         self.url = ""
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         if not self.ready.wait(STARTUP_S) or not self.url:
             self.process.kill()
             pytest.fail("the server did not start:\n" + "".join(self.lines))
@@ -54,10 +55,13 @@ class Server:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
 
     def stop(self) -> int:
-        """SIGTERM, then the exit status."""
+        """SIGTERM, then the exit status (once stderr is read to its end: :attr:`lines` holds
+        all the server wrote)."""
         self.process.send_signal(signal.SIGTERM)
         try:
             return self.process.wait(30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             return -1
+        finally:
+            self._reader.join(10)

@@ -4,6 +4,7 @@ official ``openai`` client and by raw HTTP (httpx) for what a client library wou
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import signal
@@ -211,3 +212,28 @@ def test_api_key_and_sigterm_during_a_stream(tiny_pair):
 def test_serve_refuses_a_missing_model_with_exit_2(tmp_path):
     result = CliRunner().invoke(app, ["serve", "--target", str(tmp_path / "nope.gguf")])
     assert result.exit_code == 2 and "nope.gguf" in result.output
+
+
+def test_shutdown_after_tool_calls_frees_the_models_before_the_interpreter_exits(
+    json_pair, tmp_path
+):
+    """The app is a reference cycle that holds the engine: unless something frees the models
+    before, the garbage collector does, and when no collection ran before exit that is during
+    the interpreter's teardown, where llama.cpp's bindings could no longer be imported
+    ("Exception ignored in LlamaCppModel.__del__ ... sys.meta_path is None"). The server's
+    collector is turned off here, so that teardown is where it would happen. (Both the server,
+    which closes the engine at shutdown, and the model, which binds its free functions at load,
+    now keep this from happening.)"""
+    (tmp_path / "sitecustomize.py").write_text("import gc\ngc.disable()\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    served = Server(json_pair, env={"PYTHONPATH": path})
+    try:
+        tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+        served.client().chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=[tool],
+            tool_choice="required", max_tokens=20, temperature=0,
+        )  # fmt: skip
+    finally:
+        assert served.stop() == 0
+    log = "".join(served.lines)
+    assert "stopped" in log and "Exception ignored" not in log and "Traceback" not in log, log

@@ -143,3 +143,27 @@ def test_an_engine_that_fails_to_load_raises_and_leaves_no_thread():
             break
         threading.Event().wait(0.01)
     assert threading.active_count() == before
+
+
+def test_join_closes_the_engine_once_its_last_job_ended():
+    """Shutdown frees the models itself, after the running generation ended, rather than leave
+    them to the garbage collector at interpreter exit (where freeing llama.cpp's would fail:
+    test_server.py)."""
+
+    class ClosingEngine(HeldEngine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.closed_while_running: list[bool] = []
+
+        def close(self) -> None:
+            self.closed_while_running.append(not self.release.is_set())
+
+    engine = ClosingEngine()
+    worker = Worker(lambda: engine, max_queue=1)
+    running = worker.submit(job())
+    engine.started.wait(10)
+    worker.close(grace_s=60)
+    threading.Timer(0.05, engine.release.set).start()
+    worker.join()
+    assert running.result(0).finish_reason == "length"
+    assert engine.closed_while_running == [False]

@@ -221,6 +221,23 @@ class Engine:
         for model in self.models:
             model.next_dist([0])
 
+    def close(self) -> None:
+        """Free the models now (llama.cpp's contexts and weights, for a backend that has
+        ``close``), once the last generation ended; the engine generates nothing afterwards.
+
+        Shutdown calls this (:meth:`~spec_decode.serving.worker.Worker.join`) rather than leave
+        the models to the garbage collector: the app is a reference cycle that holds the engine
+        (after a tool call or a ``response_format``, llguidance's tokenizer holds the target's
+        tokenizer too), so unless a collection ran before exit the models were freed during the
+        interpreter's teardown, in an unspecified order, once ``sys.meta_path`` was gone (where
+        a lazy import in ``__del__`` printed "Exception ignored in LlamaCppModel.__del__")."""
+        with self._lock, self._grammar_lock:
+            self._grammar_tokenizer = None
+            for model in self.models:
+                close = getattr(model, "close", None)
+                if close is not None:
+                    close()
+
     def forget(self) -> None:
         """Drop every KV cache: the next request reads its whole prompt, as a fresh process."""
         for model in self.models:

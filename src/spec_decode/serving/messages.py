@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from spec_decode.serving.tool_calls import template_messages
 
@@ -50,16 +57,17 @@ class ToolCallIn(BaseModel):
 
 
 class Message(BaseModel):
-    """One chat message; ``content`` is a string or a list of text parts. An assistant message
-    may carry the ``tool_calls`` it made, a ``tool`` message the ``tool_call_id`` it answers.
-    Other keys (``name``, ...) are refused, not dropped."""
+    """One chat message; ``content`` is a string or a list of text parts. As in the OpenAI API,
+    every message has a ``content`` except an assistant message that carries the ``tool_calls``
+    it made (null or left out there), and a ``tool`` message names the ``tool_call_id`` it
+    answers. Other keys (``name``, ...) are refused, not dropped."""
 
     model_config = ConfigDict(extra="forbid")
 
     role: str
-    content: str | list[TextPart] | None = None
+    content: str | list[TextPart] | None = Field(default=None, validate_default=True)
     tool_calls: list[ToolCallIn] | None = None
-    tool_call_id: str | None = None
+    tool_call_id: str | None = Field(default=None, validate_default=True)
 
     @field_validator("role")
     @classmethod
@@ -68,12 +76,29 @@ class Message(BaseModel):
             raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
         return role
 
+    @field_validator("content")
+    @classmethod
+    def _content_given(cls, content: Any, info: ValidationInfo) -> Any:
+        role = info.data.get("role")
+        if content is None and role is not None and role != "assistant":
+            raise ValueError(f"a {role} message needs content (a string or text parts)")
+        return content
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _answers_a_call(cls, call_id: str | None, info: ValidationInfo) -> str | None:
+        if call_id is None and info.data.get("role") == "tool":
+            raise ValueError("a tool message needs the tool_call_id it answers")
+        return call_id
+
     @model_validator(mode="after")
     def _calls_where_they_belong(self) -> Message:
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only an assistant message carries tool_calls")
         if self.tool_call_id is not None and self.role != "tool":
             raise ValueError("only a tool message carries a tool_call_id")
+        if self.role == "assistant" and self.content is None and not self.tool_calls:
+            raise ValueError("an assistant message needs content or tool_calls")
         return self
 
     def as_template_input(self) -> dict[str, Any]:

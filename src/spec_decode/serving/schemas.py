@@ -10,6 +10,11 @@ sends is dropped without a word (:func:`check_fields`, with the tables of
 :mod:`~spec_decode.serving.fields`): a field that cannot change the answer is accepted and not
 used; one of the API this server does not implement yet is accepted only at the value that means
 "off" and refused with a 400 naming it otherwise; any other field is a 400 naming it.
+
+Types are strict, as the OpenAI API checks them: a boolean is not a number (``max_tokens: true``
+is a 400), a string is not a number (``"16"``), a number with a fraction is not an integer; a
+number field takes an integer (``temperature: 1``). Ranges are the API's: ``temperature`` in
+[0, 2], ``top_p`` in (0, 1], the penalties in [-2, 2], ``max_tokens`` at least 1.
 """
 
 from __future__ import annotations
@@ -29,15 +34,20 @@ from pydantic import (
 from spec_decode.constraints.formats import answer_schema, output_grammar
 from spec_decode.constraints.grammar import Grammar
 from spec_decode.core.processors import PROCESSOR_RANGES, LogitBias, Penalties
-from spec_decode.core.sampling import SAMPLING_RANGES, SamplingParams
+from spec_decode.core.sampling import SAMPLING_RANGES, Range, SamplingParams
 from spec_decode.serving.fields import CHAT_NOT_YET, COMPLETION_NOT_YET, NO_EFFECT, is_off
 from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
 from spec_decode.serving.messages import Message, NamedChoice, ResponseFormat, Tool
 
 #: The most stop strings a request may give (as in the OpenAI API).
 MAX_STOP = 4
+#: Above every token id (llama.cpp's are 32-bit integers).
+MAX_TOKEN_ID = 1 << 31
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: The OpenAI API's ranges where they are narrower than the sampler's own
+#: (:data:`~spec_decode.core.sampling.SAMPLING_RANGES`, which the CLI takes as they are).
+API_RANGES = {**SAMPLING_RANGES, "temperature": Range(0.0, 2.0)}
 
 
 class APIError(Exception):
@@ -100,7 +110,7 @@ class SamplingFields(BaseModel):
     @field_validator("temperature", "top_p", "min_p")
     @classmethod
     def _in_range(cls, value: float, info: ValidationInfo) -> float:
-        return SAMPLING_RANGES[info.field_name].check(info.field_name, value)
+        return API_RANGES[info.field_name].check(info.field_name, value)
 
     @field_validator("frequency_penalty", "presence_penalty")
     @classmethod
@@ -111,7 +121,9 @@ class SamplingFields(BaseModel):
     @classmethod
     def _bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key, bias in (value or {}).items():
-            if not key.isdigit():
+            # ASCII digits only ("²" is a digit to str.isdigit, not to int), and an id a token
+            # could have (llama.cpp's are 32-bit): a longer one is no token of any vocabulary
+            if not (key.isascii() and key.isdigit()) or int(key) >= MAX_TOKEN_ID:
                 raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
             PROCESSOR_RANGES["logit_bias"].check("logit_bias", bias)
         return value
@@ -121,7 +133,7 @@ class SamplingFields(BaseModel):
     def _top_k(cls, value: int | None) -> int | None:
         if value is None or value in (0, -1):  # off, as llama-server and vLLM take them
             return None
-        return SAMPLING_RANGES["top_k"].check("top_k", value)
+        return API_RANGES["top_k"].check("top_k", value)
 
     @field_validator("n")
     @classmethod
@@ -280,14 +292,13 @@ def check_fields(body: dict[str, Any], model: type[SamplingFields]) -> dict[str,
 
 
 def parse(model: type[SamplingFields], body: dict[str, Any]) -> Any:
-    """``body`` validated as ``model`` (after :func:`check_fields`), or an :class:`APIError`
-    (400) naming the first problem."""
+    """``body`` validated as ``model`` (after :func:`check_fields`), with strict types (no
+    boolean, string or fraction taken for an integer, no string for a number), or an
+    :class:`APIError` (400) naming the first problem (:func:`first_problem`)."""
     try:
-        return model.model_validate(check_fields(body, model))
+        return model.model_validate(check_fields(body, model), strict=True)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
+        where, message, first = first_problem(error)
         code = None
         if first["type"] == "extra_forbidden":
             message, code = "unknown field", "unknown_field"
@@ -295,3 +306,34 @@ def parse(model: type[SamplingFields], body: dict[str, Any]) -> Any:
             code = "unsupported_field"
         text = f"{where}: {message}" if where else message
         raise APIError(400, text, param=where or None, code=code) from error
+
+
+def first_problem(error: ValidationError) -> tuple[str, str, Any]:
+    """Where the first problem lies (``messages.0.content``), what it is, and its error.
+
+    A value that fits no member of a union (``stop``: a string or a list of strings) fails once
+    per member, each error's location naming the member; the location given leaves the members
+    out, and is the deepest any member reached (a text part's ``text``, not the content as a
+    whole), with what each member that got that far says."""
+    errors = error.errors()
+    loc = errors[0]["loc"]
+    stem = next((i for i, part in enumerate(loc) if _union_member(part)), None)
+    tried = [e for e in errors if e["loc"][:stem] == loc[:stem]] if stem is not None else errors[:1]
+    places = [tuple(part for part in e["loc"] if not _union_member(part)) for e in tried]
+    deepest = max(places, key=len)  # the first of the deepest
+    said = [
+        e["msg"].removeprefix("Value error, ")
+        for e, at in zip(tried, places, strict=True)
+        if at == deepest
+    ]
+    first = tried[places.index(deepest)]
+    return ".".join(str(part) for part in deepest), "; or ".join(dict.fromkeys(said)), first
+
+
+def _union_member(part: str | int) -> bool:
+    """Whether a part of a validation error's location names the member of a union it was
+    checked against (``str``, ``list[str]``, ``NamedChoice``, ``literal['none','auto']``), not
+    a field: the fields of these schemas are lower-case names."""
+    return isinstance(part, str) and (
+        part in ("str", "int", "float", "bool") or "[" in part or part[:1].isupper()
+    )

@@ -5,7 +5,9 @@ route handed the :class:`~spec_decode.serving.state.Served` state through ``Depe
 
 Every request body is read here, not by the framework, so that each way a body can be wrong gets
 a 4xx with an OpenAI-style error (:class:`~spec_decode.serving.schemas.APIError`): over the size
-limit (413), not UTF-8, not JSON or not an object (400), fields out of range (400), an unknown
+limit (413), not UTF-8, nested too deeply (measured before parsing), not JSON, not an object or
+not text (400), fields of the wrong type (strictly: ``true`` is not an integer) or out of range
+(400), a wrong API key (401 with ``WWW-Authenticate: Bearer``), an unknown
 model (404), a prompt or token limit the engine refuses (400 naming the field: a
 :class:`~spec_decode.core.errors.BadRequest` from
 :meth:`~spec_decode.serving.engine.Engine.prepare`, such as a prompt that does not fit the

@@ -55,16 +55,19 @@ def served(request: Request) -> Served:
 
 def authorized(request: Request, state: Annotated[Served, Depends(served)]) -> Served:
     """:func:`served`, once the request carries the API key (when the server has one): a 401
-    otherwise."""
+    with ``WWW-Authenticate: Bearer`` otherwise. The scheme's name is case-insensitive
+    (RFC 7235: ``bearer KEY`` is ``Bearer KEY``); the key is compared in constant time."""
     key = state.settings.api_key
     if key is not None:
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        right = scheme.lower() == "bearer"
+        if not hmac.compare_digest(given.strip().encode(), key.encode()) or not right:
             raise APIError(
                 401,
                 "missing or wrong API key (send Authorization: Bearer KEY)",
                 kind="authentication_error",
                 code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
             )
     return state
 

@@ -11,7 +11,7 @@ jobs are already waiting (:class:`QueueFull`: the server answers 429) or once sh
 (:class:`Closed`).
 Every job carries its own cancellation event; a job also ends once it ran ``timeout_s`` seconds,
 and :meth:`Worker.close` drops the waiting jobs and gives the running one ``grace_s`` seconds
-before cancelling it.
+before cancelling it; :meth:`Worker.join` waits for it and then closes the engine.
 """
 
 from __future__ import annotations
@@ -144,5 +144,9 @@ class Worker:
             timer.start()
 
     def join(self) -> None:
-        """Wait until the worker thread has finished its last job."""
+        """Wait until the worker thread has finished its last job, then free the engine's
+        models (its ``close``, when it has one) rather than leave them to interpreter exit."""
         self._executor.shutdown(wait=True)
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
