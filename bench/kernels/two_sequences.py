@@ -4,7 +4,8 @@ Two prompts are read into sequences 0 and 1 of one llama.cpp context; then, for 
 rounds, each sequence's next greedy token is fed either in two one-token calls (queued) or in
 one call of two rows (batched). It prints the median seconds per round of each, and whether every
 batched row is bitwise the queued one (rows of several sequences in one call must be, for the
-output to stay what target-only decoding gives). Uses the backend's batch internals directly.
+output to stay what target-only decoding gives). Each sequence has cells of its own, as the
+server's slots do (:mod:`spec_decode.backends.llamacpp.slots`).
 
     python bench/kernels/two_sequences.py [STEPS]
 """
@@ -17,7 +18,9 @@ import time
 
 import numpy as np
 
-from spec_decode.backends.llamacpp import LlamaCppModel, load_tokenizer
+from spec_decode.backends.llamacpp import load_tokenizer
+from spec_decode.backends.llamacpp.context import LlamaContext, Row
+from spec_decode.backends.llamacpp.slots import open_slots
 from spec_decode.backends.loading import resolve_gguf
 
 PROMPTS = [
@@ -28,39 +31,31 @@ PROMPTS = [
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 24
-    model = LlamaCppModel(
-        resolve_gguf("qwen2.5-coder-1.5b"), n_threads=2, n_ctx=1024, max_tree_leaves=2
-    )
-    tokenizer = load_tokenizer(model)
+    models, _ = open_slots(resolve_gguf("qwen2.5-coder-1.5b"), 2, n_threads=2, n_ctx=1024)
+    context: LlamaContext = models[0]._context
+    tokenizer = load_tokenizer(models[0])
     prompts = [tokenizer.encode(p) for p in PROMPTS]
 
     def run(batched: bool) -> tuple[list[list[np.ndarray]], list[float]]:
-        model.reset()
+        for seq in (0, 1):
+            context.forget(seq)
         last = []
         for seq, prompt in enumerate(prompts):
-            for i, token in enumerate(prompt):
-                model._put(i, token, i, (seq,), i == len(prompt) - 1)
-            model._decode(len(prompt), time.perf_counter())
-            last.append(int(model._read_rows(1)[0].argmax()))
+            rows = [Row(t, i, (seq,), i == len(prompt) - 1) for i, t in enumerate(prompt)]
+            last.append(int(context.decode(rows)[0].argmax()))
         positions = [len(p) for p in prompts]
         rows: list[list[np.ndarray]] = [[], []]
         seconds = []
         for _ in range(steps):
             start = time.perf_counter()
+            fed = [Row(last[seq], positions[seq], (seq,), True) for seq in (0, 1)]
             if batched:
-                for seq in (0, 1):
-                    model._put(seq, last[seq], positions[seq], (seq,), True)
-                model._decode(2, time.perf_counter())
-                got = list(model._read_rows(2))
+                got = list(context.decode(fed).copy())
             else:
-                got = []
-                for seq in (0, 1):
-                    model._put(0, last[seq], positions[seq], (seq,), True)
-                    model._decode(1, time.perf_counter())
-                    got.append(model._read_rows(1)[0])
+                got = [context.decode([row])[0].copy() for row in fed]
             seconds.append(time.perf_counter() - start)
             for seq in (0, 1):
-                rows[seq].append(got[seq].copy())
+                rows[seq].append(got[seq])
                 last[seq], positions[seq] = int(got[seq].argmax()), positions[seq] + 1
         return rows, seconds
 

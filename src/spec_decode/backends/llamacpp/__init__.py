@@ -75,6 +75,7 @@ _EXPORTS = {
     "build_features": "kernels",
     "exact_block_size": "kernels",
     "probabilities": "kernels",
+    "open_slots": "slots",
 }
 
 __all__ = sorted(_EXPORTS)

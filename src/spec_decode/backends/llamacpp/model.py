@@ -10,18 +10,15 @@ from pathlib import Path
 import numpy as np
 
 from spec_decode.backends.cores import available_cores
+from spec_decode.backends.llamacpp.context import LlamaContext, Row
 from spec_decode.backends.llamacpp.kernels import (
-    MICRO_BATCH,
     exact_block_size,
-    init_backend,
     invariant_batch_size,
     probabilities,
 )
-from spec_decode.backends.llamacpp.library import llama_cpp
-from spec_decode.backends.llamacpp.promise import exact_rows
+from spec_decode.backends.llamacpp.promise import ExactRows, exact_rows
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
-DEFAULT_MAX_CTX = 4096
 DEFAULT_TREE_LEAVES = 64
 
 
@@ -50,10 +47,8 @@ class LlamaCppModel(PrefixCachedModel):
         needs it; a draft does not (its proposals are exact whatever its rows: it proposes from
         what it computed), so a draft takes the build's size unchecked and reuses its cache.
     mmap
-        Memory-map the file instead of reading it into memory. Faster to load and shares the
-        page cache, but the weights are then the file's current bytes: a file truncated while
-        the model runs kills the process with SIGBUS, and one overwritten in place changes the
-        weights mid-run with no error. Off, the weights are a private copy made at load time.
+        Memory-map the file instead of reading it into memory: faster to load, but a file
+        truncated or overwritten while the model runs kills the process or changes the weights.
     """
 
     def __init__(
@@ -67,89 +62,73 @@ class LlamaCppModel(PrefixCachedModel):
         mmap: bool = False,
         check_rows: bool = True,
     ) -> None:
-        file = Path(path).expanduser()
-        if not file.is_file():
-            raise ValueError(f"no GGUF model file at {file}")
-        init_backend(verbose)
-        # looked up now: at interpreter exit, where __del__ may run, the bindings cannot import
-        self._free = (llama_cpp.llama_batch_free, llama_cpp.llama_free, llama_cpp.llama_model_free)
-        model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = 0
-        model_params.load_mode = (
-            llama_cpp.LLAMA_LOAD_MODE_MMAP if mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
-        )
-        self._model = llama_cpp.llama_model_load_from_file(str(file).encode(), model_params)
-        if not self._model:
-            raise ValueError(f"llama.cpp could not load {file} as a GGUF model")
-        self.path = file
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        trained = int(llama_cpp.llama_model_n_ctx_train(self._model))
-        self.context_window = int(n_ctx or min(trained, DEFAULT_MAX_CTX))
-        self.n_threads = int(n_threads or available_cores())
-        self.max_tree_leaves = int(max_tree_leaves)
-        self._ctx = self._new_context()
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._batch = llama_cpp.llama_batch_init(self.context_window, 0, self.max_tree_leaves + 1)
+        file = gguf_file(path)
+        context = LlamaContext(
+            file, n_threads=int(n_threads or available_cores()), n_ctx=n_ctx,
+            n_seq=max_tree_leaves + 1, mmap=mmap, verbose=verbose,
+        )  # fmt: skip
+        self._attach(file, context, 0, context.decode, max_tree_leaves, exact_blocks)
+        self._keep_promise(exact_rows(file, self.probe, self.vocab_size, self.context_window)
+                           if check_rows else None)  # fmt: skip
+
+    @classmethod
+    def on_sequence(
+        cls,
+        file: Path,
+        context: LlamaContext,
+        seq: int,
+        decode: Callable[[list[Row]], np.ndarray],
+        promise: ExactRows | None,
+    ) -> LlamaCppModel:
+        """A model on sequence ``seq`` of a ``context`` other models share (no trees), its rows
+        fed through ``decode``, keeping ``promise`` (:mod:`.slots` opens them)."""
+        model = cls.__new__(cls)
+        model._attach(file, context, seq, decode, 0, True)
+        model._keep_promise(promise)
+        return model
+
+    def _attach(
+        self,
+        file: Path,
+        context: LlamaContext,
+        seq: int,
+        decode: Callable[[list[Row]], np.ndarray],
+        max_tree_leaves: int,
+        exact_blocks: bool,
+    ) -> None:
+        """Bind this model to sequence ``seq`` of ``context``, its rows fed through ``decode``."""
+        self.path, self._context, self._seq, self._decode_rows = file, context, seq, decode
+        self.vocab_size, self.context_window = context.vocab_size, context.context_window
+        self.n_threads, self.max_tree_leaves = context.n_threads, int(max_tree_leaves)
+        self.exact_blocks = exact_blocks
         self._scratch = np.empty(self.vocab_size, dtype=np.float32)
         self.stats = ForwardStats()
         self._cached: list[int] = []
         self._invariant = 0  # the first cached tokens were all computed in invariant tiles
-        #: this model's exact block size on this build and why (:mod:`.promise`); None unchecked
-        self.exact_rows = (
-            exact_rows(file, self._probe, self.vocab_size, self.context_window)
-            if check_rows
-            else None
-        )
+
+    def _keep_promise(self, promise: ExactRows | None) -> None:
+        """Feed blocks no longer than ``promise`` holds (the build's size unchecked, for a
+        draft: None), and reuse cached rows only where the build's invariant tiles hold."""
+        self.exact_rows = promise  #: this model's exact block size and why (:mod:`.promise`)
         self.reset()
         self.stats = ForwardStats()  # the row check's calls are not the caller's
-        self.exact_block_size = self.exact_rows.size if self.exact_rows else exact_block_size()
-        self.exact_blocks = exact_blocks
-        # a model whose rows fall short of the build's promise has no measured invariant tiles
-        reduced = self.exact_rows is not None and self.exact_rows.reduced
+        self.exact_block_size = promise.size if promise else exact_block_size()
+        reduced = promise is not None and promise.reduced
         self.invariant_batch_size = None if reduced else invariant_batch_size()
 
-    def _new_context(self) -> llama_cpp.llama_context_p:
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = params.n_batch = self.context_window
-        params.n_ubatch = min(MICRO_BATCH, self.context_window)
-        params.n_seq_max = self.max_tree_leaves + 1
-        params.n_outputs_max = max(params.n_batch, params.n_seq_max)  # llama.cpp asserts this
-        params.kv_unified = True  # one cache shared by all sequences (tree paths share a prefix)
-        params.n_threads = params.n_threads_batch = self.n_threads
-        # Flash attention tiles the keys differently for several query rows than for one once the
-        # cache passes 256 cells (0.3 in a logit at 258 tokens): off, blocks stay bitwise equal.
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(self._model, params)
-        if not ctx:
-            raise ValueError(f"llama.cpp could not create a context of {self.context_window}")
-        return ctx
-
     def close(self) -> None:
-        """Free the llama.cpp batch, context and model (the object is unusable afterwards)."""
-        if not hasattr(self, "_free"):
-            return  # refused before loading anything
-        free_batch, free_context, free_model = self._free
-        if getattr(self, "_ctx", None):
-            free_batch(self._batch)
-            free_context(self._ctx)
-            self._ctx = None
-        if getattr(self, "_model", None):
-            free_model(self._model)
-            self._model = None
-
-    def __del__(self) -> None:
-        self.close()
+        """Free the llama.cpp context and weights (every model sharing them is unusable)."""
+        if hasattr(self, "_context"):
+            self._context.close()
 
     @property
     def cache_length(self) -> int:
         """How many positions the KV cache itself holds for the sequence (0 when empty)."""
-        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        return self._context.length(self._seq)
 
     def reset(self) -> None:
         """Drop the KV cache (the next call re-reads its whole prefix)."""
-        llama_cpp.llama_memory_clear(self._memory, True)
+        self._context.forget(self._seq)
         self._cached = []
         self._invariant = 0
 
@@ -177,17 +156,17 @@ class LlamaCppModel(PrefixCachedModel):
             return 0
         return self._trim(keep)
 
-    def _probe(self, tokens: Sequence[int], first_position: int, n_rows: int) -> np.ndarray:
+    def probe(self, tokens: Sequence[int], first_position: int, n_rows: int) -> np.ndarray:
         """Logits (a copy) of the first ``n_rows`` of ``tokens``, fed in ONE call at
         ``first_position`` on after the cache is cut there: the row check of :mod:`.promise`,
-        outside the cache bookkeeping (which it resets)."""
+        run at load time on the context itself, outside the cache bookkeeping (reset after)."""
         self._cached, self._invariant = [], 0
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, first_position, -1)
-        for i, token in enumerate(tokens):
-            self._put(i, token, first_position + i, (0,), i < n_rows)
-        self._decode(len(tokens), time.perf_counter())
-        logits = llama_cpp.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(logits, shape=(n_rows, self.vocab_size)).copy()
+        self._context.forget(self._seq, first_position)
+        rows = [
+            Row(token, first_position + i, (self._seq,), i < n_rows)
+            for i, token in enumerate(tokens)
+        ]
+        return self._context.decode(rows).copy()
 
     def _dists(self, sequence: list[int], n_rows: int) -> np.ndarray:
         """Probabilities after each of the last ``n_rows`` prefixes of ``sequence``."""
@@ -202,26 +181,25 @@ class LlamaCppModel(PrefixCachedModel):
         return self._decoded(list(prefix) + list(tokens), len(tokens) + 1, self._read_top)
 
     def _decoded(
-        self, sequence: list[int], n_rows: int, read: Callable[[int], np.ndarray]
+        self, sequence: list[int], n_rows: int, read: Callable[[np.ndarray], np.ndarray]
     ) -> np.ndarray:
-        """``read``'s rows for each of the last ``n_rows`` prefixes of ``sequence``, after
-        feeding what the cache lacks in the calls :meth:`_chunks` chooses."""
+        """``read`` of the logits after each of the last ``n_rows`` prefixes of ``sequence``,
+        after feeding what the cache lacks in the calls :meth:`_chunks` chooses."""
         start = time.perf_counter()
         self.check_fits(len(sequence) - n_rows + 1, n_rows - 1)
         keep = self._trim(min(common_prefix(self._cached, sequence), len(sequence) - n_rows))
         new = sequence[keep:]
         self.check_ids(new)
         first_row = len(new) - n_rows  # the first fed token whose logits are asked for
-        rows = []
+        seqs, rows = (self._seq,), []
         for begin, end in self._chunks(len(new), first_row):
-            for i in range(begin, end):
-                self._put(i - begin, new[i], keep + i, (0,), i >= first_row)
-            self._decode(end - begin, start)
+            fed = [Row(new[i], keep + i, seqs, i >= first_row) for i in range(begin, end)]
+            logits = self._decode(fed, start)
             size, at = self.invariant_batch_size, keep + begin
             if size and end - begin >= size and at == self._invariant and at % size == 0:
                 self._invariant = at + (end - begin) // size * size  # its whole tiles
             if end > first_row:
-                rows.append(read(end - max(begin, first_row)))
+                rows.append(read(logits))
             start = time.perf_counter()
         self._cached.extend(new)
         return rows[0] if len(rows) == 1 else np.concatenate(rows)  # no copy in the usual case
@@ -275,74 +253,60 @@ class LlamaCppModel(PrefixCachedModel):
         new = prefix[keep:]
         self.check_ids(new + tokens)
         for seq in range(1, n_paths + 1):
-            llama_cpp.llama_memory_seq_cp(self._memory, 0, seq, -1, -1)
+            self._context.copy_sequence(0, seq)
         every_path = tuple(range(n_paths + 1))
-        for i, token in enumerate(new):
-            self._put(i, token, keep + i, every_path, i == len(new) - 1)
-        for i, token in enumerate(tokens):
-            position = len(prefix) - 1 + depths[i]
-            self._put(len(new) + i, token, position, node_seqs[i], True)
+        fed = [Row(token, keep + i, every_path, i == len(new) - 1) for i, token in enumerate(new)]
+        fed += [
+            Row(token, len(prefix) - 1 + depths[i], node_seqs[i], True)
+            for i, token in enumerate(tokens)
+        ]
         try:
-            self._decode(len(new) + len(tokens), start)
+            logits = self._decode(fed, start)
         finally:
             for seq in range(1, n_paths + 1):
-                llama_cpp.llama_memory_seq_rm(self._memory, seq, -1, -1)
+                self._context.drop(seq)
         self._cached.extend(new)
-        return self._read_rows(len(tokens) + 1)
+        return self._read_rows(logits)
 
     def _trim(self, keep: int) -> int:
         """Cut the cache back to its first ``keep`` tokens; return how many it kept."""
         if keep < len(self._cached):
-            if not llama_cpp.llama_memory_seq_rm(self._memory, 0, keep, -1):
+            if not self._context.forget(self._seq, keep):
                 self.reset()  # this memory type cannot drop a tail: start over
                 return 0
             del self._cached[keep:]
             self._invariant = min(self._invariant, keep)
         return len(self._cached)
 
-    def _put(self, i: int, token: int, position: int, seqs: Sequence[int], output: bool) -> None:
-        """Write batch row ``i``: token, position, sequence ids, and whether logits come out."""
-        batch = self._batch
-        batch.token[i] = token
-        batch.pos[i] = position
-        batch.n_seq_id[i] = len(seqs)
-        for j, seq in enumerate(seqs):
-            batch.seq_id[i][j] = seq
-        batch.logits[i] = output
-
-    def _decode(self, n_tokens: int, start: float) -> None:
-        """Run ``llama_decode`` on the first ``n_tokens`` batch rows, timing it."""
-        self._batch.n_tokens = n_tokens
+    def _decode(self, rows: list[Row], start: float) -> np.ndarray:
+        """The output rows' logits of ONE ``llama_decode`` of ``rows`` (a slot's shares its call
+        with other slots' rows: :mod:`.slots`), timed."""
         decode_start = time.perf_counter()
         self.stats.bookkeeping_s += decode_start - start
-        status = llama_cpp.llama_decode(self._ctx, self._batch)
-        self.stats.forward_s += time.perf_counter() - decode_start
-        if status != 0:
+        try:
+            logits = self._decode_rows(rows)
+        except RuntimeError as error:
             self.reset()
-            raise RuntimeError(f"llama_decode failed with status {status} (the cache was reset)")
+            raise RuntimeError(f"{error} (the cache was reset)") from error
+        self.stats.forward_s += time.perf_counter() - decode_start
         self.stats.calls += 1
-        self.stats.tokens_fed += n_tokens
+        self.stats.tokens_fed += len(rows)
+        return logits
 
-    def _read_rows(self, n_rows: int) -> np.ndarray:
-        """Probabilities of the ``n_rows`` output rows of the last decode, in batch order."""
+    def _read_rows(self, logits: np.ndarray) -> np.ndarray:
+        """Probabilities of the rows of ``logits``, in order."""
         start = time.perf_counter()
-        logits = np.ctypeslib.as_array(
-            llama_cpp.llama_get_logits(self._ctx), shape=(n_rows, self.vocab_size)
-        )
-        rows = np.empty((n_rows, self.vocab_size), dtype=np.float64)
+        rows = np.empty(logits.shape, dtype=np.float64)
         for logit_row, row in zip(logits, rows, strict=True):
             probabilities(logit_row, row, self._scratch)
         self.stats.softmax_s += time.perf_counter() - start
         return rows
 
-    def _read_top(self, n_rows: int) -> np.ndarray:
-        """The argmax of each of the ``n_rows`` output rows of the last decode (``ValueError``
-        for a row whose largest logit is NaN or infinite)."""
-        logits = np.ctypeslib.as_array(
-            llama_cpp.llama_get_logits(self._ctx), shape=(n_rows, self.vocab_size)
-        )
+    def _read_top(self, logits: np.ndarray) -> np.ndarray:
+        """The argmax of each row of ``logits`` (``ValueError`` for a row whose largest logit
+        is NaN or infinite)."""
         top = np.argmax(logits, axis=-1)  # NaN counts as the largest: caught just below
-        if not np.isfinite(logits[np.arange(n_rows), top]).all():
+        if not np.isfinite(logits[np.arange(len(logits)), top]).all():
             raise ValueError("the target's logits contain NaN or infinite values")
         return top
 
@@ -364,6 +328,14 @@ def _path_sequences(parents: Sequence[int]) -> tuple[list[tuple[int, ...]], list
             seqs[node].add(seq)
             node = parents[node]
     return [tuple(sorted(s)) for s in seqs], depths
+
+
+def gguf_file(path: str | Path) -> Path:
+    """``path`` as a file (``ValueError`` when there is none)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"no GGUF model file at {file}")
+    return file
 
 
 def load_model(

@@ -16,7 +16,7 @@ class LlamaCppTokenizer:
 
     def __init__(self, model: LlamaCppModel) -> None:
         self._model = model  # keeps the vocabulary's owner alive
-        self._vocab = model._vocab
+        self._vocab = model._context.vocab
         self.vocab_size = model.vocab_size
         self.eog_ids = frozenset(
             t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(self._vocab, t)
@@ -61,7 +61,7 @@ class LlamaCppTokenizer:
     @property
     def chat_template(self) -> str | None:
         """The model's Jinja chat template from its GGUF metadata, if it has one."""
-        template = llama_cpp.llama_model_chat_template(self._model._model, None)
+        template = llama_cpp.llama_model_chat_template(self._model._context.model, None)
         return template.decode("utf-8") if template else None
 
     def apply_chat_template(

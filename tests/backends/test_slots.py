@@ -1,0 +1,200 @@
+"""Several requests decoded together stay what each computes alone (:mod:`.slots`).
+
+On the exact-rows build, with a tiny K-quant GGUF laid out like the packaged target:
+
+- rows of a sequence fed in calls shared with other sequences' rows (prompt chunks, blocks of
+  any size, in any order) are bitwise its rows fed alone, when each sequence has cells of its own;
+- the negative control: in a unified cache the same schedule gives other rows (other
+  sequences' cells interleave with its own and change the order of attention's sums);
+- requests run on threads, posting to a :class:`Batcher` stepped by one thread, with random
+  arrival times, give each its solo output: greedy, speculative greedy, and seeded T = 0.7
+  under the coupled rule.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+
+from kquant_gguf import VOCAB, write_kquant_gguf
+
+from spec_decode import SamplingParams, generate_autoregressive
+from spec_decode.backends.llamacpp import LlamaCppModel
+from spec_decode.backends.llamacpp.context import LlamaContext, Row
+from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
+from spec_decode.backends.llamacpp.slots import Batcher, open_slots
+from spec_decode.core.coupled import coupled_rule
+from spec_decode.core.noise import SeededNoise
+from spec_decode.drafting.speculative import generate_speculative
+
+pytestmark = pytest.mark.skipif(
+    patched_exact_rows() == 0,
+    reason="the loaded llama.cpp is not the exact-rows build (" + kernels_status() + ")",
+)
+SLOTS, WINDOW = 3, 256
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory) -> Path:
+    return write_kquant_gguf(tmp_path_factory.mktemp("slots") / "kquant.gguf")
+
+
+def shared_schedule(context: LlamaContext, streams: Sequence[list[int]], seed: int) -> list:
+    """Feed every stream on its own sequence: each call takes a random number of the next
+    tokens of each stream (0 to 24: prompt chunks and blocks alike), in a random order of
+    sequences; returns, per stream, the logits of each of its rows."""
+    rng = np.random.default_rng(seed)
+    fed = [0] * len(streams)
+    rows: list[list[np.ndarray]] = [[] for _ in streams]
+    while any(f < len(s) for f, s in zip(fed, streams, strict=True)):
+        batch, owners = [], []
+        for seq in rng.permutation(len(streams)):
+            take = min(int(rng.integers(0, 25)), len(streams[seq]) - fed[seq])
+            for i in range(fed[seq], fed[seq] + take):
+                batch.append(Row(streams[seq][i], i, (int(seq),), True))
+                owners.append(int(seq))
+            fed[seq] += take
+        if batch:
+            for owner, logits in zip(owners, context.decode(batch), strict=True):
+                rows[owner].append(logits.copy())
+    return [np.array(r) for r in rows]
+
+
+def solo_rows(gguf: Path, stream: list[int]) -> np.ndarray:
+    """The stream's rows on a context of its own: one call for the first 8 tokens, then one
+    token a call (target-only decoding's calls)."""
+    context = LlamaContext(gguf, n_threads=2, n_ctx=WINDOW)
+    try:
+        rows = [context.decode([Row(t, i, (0,), True) for i, t in enumerate(stream[:8])]).copy()]
+        rows += [
+            context.decode([Row(t, i, (0,), True)]).copy()
+            for i, t in enumerate(stream[8:], start=8)
+        ]
+        return np.concatenate(rows)
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize(("unified", "seed"), [(False, 0), (False, 1), (True, 0)])
+def test_shared_calls_give_each_sequence_its_solo_rows_only_with_cells_of_its_own(
+    gguf, unified, seed
+):
+    rng = np.random.default_rng(100 + seed)
+    streams = [rng.integers(3, VOCAB, size=int(rng.integers(40, 120))).tolist() for _ in "abc"]
+    cells = WINDOW * SLOTS if unified else WINDOW  # a unified cache holds all three
+    context = LlamaContext(gguf, n_threads=2, n_ctx=cells, n_seq=SLOTS, unified=unified)
+    try:
+        shared = shared_schedule(context, streams, seed)
+    finally:
+        context.close()
+    equal = [
+        (got.view(np.uint32) == solo_rows(gguf, s).view(np.uint32)).all(axis=1)
+        for got, s in zip(shared, streams, strict=True)
+    ]
+    if unified:  # the negative control: the check can fail, and does here
+        assert not all(e.all() for e in equal)
+    else:
+        assert all(e.all() for e in equal), [int((~e).sum()) for e in equal]
+
+
+def run_together(batchers: Sequence[Batcher], jobs: Sequence[Callable[[], object]], seed: int):
+    """Run ``jobs`` on threads of their own, each starting after a random delay, while this
+    thread steps the batchers (as the server's engine thread does); their results."""
+    delays = np.random.default_rng(seed).uniform(0, 0.05, size=len(jobs))
+
+    def delayed(job, delay):
+        time.sleep(delay)
+        return job()
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = [pool.submit(delayed, job, d) for job, d in zip(jobs, delays, strict=True)]
+        while not all(f.done() for f in futures):
+            if not any([batcher.step() for batcher in batchers]):
+                batchers[0].wait(0.005)
+        return [f.result() for f in futures]
+
+
+PROMPTS = [[5, 9, 13], [200, 7, 300, 41, 8], [77] * 12, list(range(20, 60))]
+
+
+@pytest.fixture(scope="module")
+def pools(gguf):
+    targets, target_batcher = open_slots(gguf, len(PROMPTS), n_threads=2, n_ctx=WINDOW)
+    drafts, draft_batcher = open_slots(
+        gguf, len(PROMPTS), n_threads=2, n_ctx=WINDOW, check_rows=False
+    )
+    return targets, drafts, [target_batcher, draft_batcher]
+
+
+@pytest.fixture(scope="module")
+def solo(gguf):
+    return LlamaCppModel(gguf, n_threads=2, n_ctx=WINDOW), LlamaCppModel(gguf, n_ctx=WINDOW)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_concurrent_greedy_requests_give_their_solo_output(pools, solo, seed):
+    targets, drafts, batchers = pools
+    greedy = SamplingParams(temperature=0)
+    alone = [
+        generate_autoregressive(solo[0], p, 60, np.random.default_rng(0), sampling=greedy).tokens
+        for p in PROMPTS
+    ]
+    jobs = []
+    for i, prompt in enumerate(PROMPTS):
+        target, draft = targets[i], drafts[i]
+        k = 4 * i  # one target-only, three speculative with blocks of 5, 9 and 13
+        if k == 0:
+            jobs.append(lambda t=target, p=prompt: generate_autoregressive(
+                t, p, 60, np.random.default_rng(0), sampling=greedy).tokens)  # fmt: skip
+        else:
+            jobs.append(lambda t=target, d=draft, p=prompt, k=k: generate_speculative(
+                t, d, p, 60, k, np.random.default_rng(0), sampling=greedy).tokens)  # fmt: skip
+    assert run_together(batchers, jobs, seed) == alone
+    assert batchers[0].shared_steps > 0  # requests did share calls
+
+
+def test_concurrent_seeded_requests_give_target_only_output_under_the_coupled_rule(pools, solo):
+    """At T = 0.7, each request drafting 6 tokens a step beside the others emits what
+    target-only decoding alone emits for its seed."""
+    targets, drafts, batchers = pools
+    warm = SamplingParams(0.7)
+
+    def noise(seed: int) -> SeededNoise:
+        return SeededNoise(np.random.SeedSequence(seed), "race")
+
+    alone = [
+        generate_autoregressive(solo[0], p, 50, noise(seed), sampling=warm).tokens
+        for seed, p in enumerate(PROMPTS)
+    ]
+
+    def coupled(i: int) -> list[int]:
+        return generate_speculative(
+            targets[i], drafts[i], PROMPTS[i], 50, 6, noise(i), sampling=warm, rule=coupled_rule
+        ).tokens
+
+    jobs = [(lambda i=i: coupled(i)) for i in range(len(PROMPTS))]
+    assert run_together(batchers, jobs, 7) == alone
+
+
+def test_a_prompt_longer_than_the_budget_is_fed_in_chunks(gguf):
+    context = LlamaContext(gguf, n_threads=2, n_ctx=WINDOW, n_seq=2, unified=False)
+    batcher = Batcher(context, budget=16)
+    result: list[np.ndarray] = []
+    rows = [Row(t, i, (0,), i == 49) for i, t in enumerate(range(10, 60))]
+    thread = threading.Thread(target=lambda: result.append(batcher.decode(rows)))
+    thread.start()
+    while thread.is_alive():
+        if not batcher.step():
+            batcher.wait(0.005)
+    thread.join()
+    assert batcher.steps == 4 and result[0].shape == (1, VOCAB)  # 16 + 16 + 16 + 2 rows
+    context.close()
