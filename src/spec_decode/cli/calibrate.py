@@ -16,10 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from spec_decode.backends.calibration import cost_curve
-from spec_decode.backends.loading import choose_backend, load
+from spec_decode.backends.loading import load
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from spec_decode.cli import preflight
+from spec_decode.cli.engine_options import NoBuild
 from spec_decode.cli.options import print_json
 from spec_decode.drafting.costs import CostCurve
+from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig
 
 console = Console(stderr=True)
 
@@ -41,17 +44,23 @@ def calibrate_command(
     recalibrate: Annotated[
         bool, typer.Option(help="Measure again even when a cached curve exists.")
     ] = False,
+    no_build: NoBuild = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Measure this machine's cost of a target pass by block length, and of a draft token."""
     try:
-        chosen = choose_backend(backend, target)
+        plot = None if plot is None else _plot_file(plot)
+        if draft == LOOKUP:
+            raise preflight.Refused("--draft lookup costs nothing to time: give a model or none")
+        config = EngineConfig(
+            target=target, draft=NO_DRAFT if draft == "none" else draft, backend=backend
+        )
+        chosen = preflight.ready(config, no_build)
         target_model = load(chosen, target, threads=threads).model
         draft_model = None if draft == "none" else load(chosen, draft, threads=threads).model
         curve = cost_curve(chosen, target_model, draft_model, recalibrate=recalibrate)
     except (ValueError, FileNotFoundError) as error:
-        console.print(f"[red]error:[/] {error}")
-        raise typer.Exit(2) from error
+        preflight.fail(error)
     payload = {
         "backend": chosen,
         "target": target,
@@ -77,6 +86,17 @@ def calibrate_command(
     if curve.draft_seconds is not None:
         ratio = curve.draft_seconds / curve.target(1)
         Console().print(f"draft: {1000 * curve.draft_seconds:.1f} ms a token ({ratio:.2f}x)")
+
+
+def _plot_file(plot: Path) -> Path:
+    """The file ``--plot`` names (".png" added when it has no suffix), checked writable and
+    matplotlib installed, before anything is measured."""
+    from spec_decode.toy.plots import plot_path
+
+    path = plot if plot.is_dir() else plot_path(plot)
+    preflight.check_output(path, "--plot")
+    preflight.require("plot", ("matplotlib",), "--plot")
+    return path
 
 
 def _plot(curve: CostCurve, file: Path, title: str) -> None:

@@ -59,6 +59,14 @@ DraftWeights = Annotated[str, typer.Option(help="int8 (cheapest), fp16 or fp32."
 Device = Annotated[
     str, typer.Option(help="cpu, or cuda (transformers backend; bf16/fp16/fp32 weights).")
 ]
+NoBuild = Annotated[
+    bool,
+    typer.Option(
+        "--no-build",
+        envvar="SPEC_DECODE_NO_BUILD",
+        help="Refuse, instead of building llama.cpp's kernels when missing (3 minutes).",
+    ),
+]
 
 
 def engine_config(

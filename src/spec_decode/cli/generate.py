@@ -20,12 +20,14 @@ from rich.console import Console
 from rich.table import Table
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
+from spec_decode.cli import preflight
 from spec_decode.cli.engine_options import (
     Backend,
     Confidence,
     Device,
     Draft,
     DraftWeights,
+    NoBuild,
     Policy,
     Target,
     TargetWeights,
@@ -92,9 +94,11 @@ def generate_command(
     presence_penalty: Annotated[
         float, typer.Option(help="Subtract this from the logit of every token seen so far.")
     ] = 0.0,
+    no_build: NoBuild = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generate text with exact speculative decoding on real models (llama.cpp or transformers)."""
+    _check_no_draft(no_draft, draft)
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
         config = engine_config(
@@ -105,7 +109,8 @@ def generate_command(
         )  # fmt: skip
         text = prompt_text(prompt)
         penalties = Penalties(frequency_penalty, presence_penalty)
-        grammar = None if json_schema is None else output_grammar(answer=read_schema(json_schema))
+        grammar = None if json_schema is None else _grammar(json_schema)
+        preflight.ready(config, no_build)
         _prepare_packaged(config)
         engine = Engine.load(config)
         request = engine.prepare(
@@ -113,29 +118,53 @@ def generate_command(
             penalties=penalties, grammar=grammar,
         )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
-        console.print(f"[red]error:[/] {error}")
-        raise typer.Exit(2) from error
+        preflight.fail(error)
     runs = _run(engine, request, no_draft=no_draft, compare=compare, stream=not as_json)
-    payload: dict[str, object] = {
-        "backend": engine.backend,
-        "target": target,
-        "draft": None if no_draft else draft,
-        "draft_loaded": engine.draft is not None,
-        "k": engine.k,
-        "policy": policy,
-        "tree": tree,
-        "sampling": {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p},
-        "seed": seed,
-        "rule": rule,
-        "penalties": {"frequency": frequency_penalty, "presence": presence_penalty},
-        "json_schema": None if json_schema is None else str(json_schema),
-        **_figures(engine, request, runs),
-    }
+    asked = {"target": target, "draft": None if no_draft else draft, "policy": policy, "tree": tree}
+    asked |= {"seed": seed, "rule": rule, "json_schema": json_schema and str(json_schema)}
+    payload = _payload(engine, request, runs, asked, sampling, penalties)
     if as_json:
         print_json(payload)
         return
     sys.stdout.write("\n")
     _print_summary(payload, runs)
+
+
+def _check_no_draft(no_draft: bool, draft: str) -> None:
+    """``--no-draft`` with a ``--draft`` is a contradiction (one of them would be dropped)."""
+    if no_draft and draft not in (DEFAULT_DRAFT, NO_DRAFT):
+        raise typer.BadParameter(
+            f"--no-draft decodes without a drafter, --draft {draft} drafts: give one of them",
+            param_hint="--no-draft",
+        )
+
+
+def _payload(
+    engine: Engine,
+    request: GenerationRequest,
+    runs: dict[str, Completion],
+    asked: dict[str, object],
+    sampling: SamplingParams,
+    penalties: Penalties,
+) -> dict[str, object]:
+    """What was asked (the options in ``asked``, the sampling controls and penalties), what was
+    loaded, and what was measured (:func:`_figures`): the ``--json`` object."""
+    return {
+        "backend": engine.backend,
+        **{key: asked[key] for key in ("target", "draft")},
+        "draft_loaded": engine.draft is not None,
+        "k": engine.k,
+        **{key: asked[key] for key in ("policy", "tree", "seed", "rule")},
+        "sampling": {
+            "temperature": sampling.temperature,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "min_p": sampling.min_p,
+        },
+        "penalties": {"frequency": penalties.frequency, "presence": penalties.presence},
+        "json_schema": asked["json_schema"],
+        **_figures(engine, request, runs),
+    }
 
 
 def _run(
@@ -192,6 +221,13 @@ def read_schema(path: Path) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise ValueError(f"--json-schema {path}: a schema is a JSON object")
     return schema
+
+
+def _grammar(path: Path) -> Any:
+    """The grammar of ``--json-schema``: the file read, then llguidance asked (``[serve]``)."""
+    schema = read_schema(path)
+    preflight.require("serve", ("llguidance",), "--json-schema")
+    return output_grammar(answer=schema)
 
 
 def _print_text(piece: Piece) -> None:

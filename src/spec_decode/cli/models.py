@@ -19,7 +19,9 @@ from spec_decode.backends.registry import PREPARED, spec_of
 
 console = Console(stderr=True)
 models_app = typer.Typer(
-    help="Prepare, list and verify the packaged model pair.", no_args_is_help=True
+    help="Prepare, list and verify the packaged model pair.",
+    no_args_is_help=True,
+    rich_markup_mode=None,  # plain help, as the app's (cli/app.py)
 )
 
 Names = Annotated[list[str] | None, typer.Argument(help="Packaged models (default: all).")]

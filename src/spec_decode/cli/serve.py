@@ -9,6 +9,7 @@ running generation finish within ``--grace`` seconds (cancelling it then) and ex
 from __future__ import annotations
 
 import signal
+import socket
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,11 +17,13 @@ import typer
 from rich.console import Console
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
-from spec_decode.cli import engine_options
+from spec_decode.cli import engine_options, preflight
 from spec_decode.cli.options import EngineK, Threads
 from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
 
 console = Console(stderr=True)
+#: What the server imports from the ``[serve]`` extra, checked before anything else.
+SERVE_MODULES = ("fastapi", "uvicorn", "sse_starlette", "prometheus_client", "pydantic")
 
 
 def serve_command(
@@ -46,6 +49,7 @@ def serve_command(
     target_weights: engine_options.TargetWeights = "fp16",
     draft_weights: engine_options.DraftWeights = "int8",
     device: engine_options.Device = "cpu",
+    no_build: engine_options.NoBuild = False,
     max_queue: Annotated[
         int, typer.Option(min=0, help="Requests that may wait beyond the running one (429 after).")
     ] = 16,
@@ -68,15 +72,22 @@ def serve_command(
     """Serve exact speculative decoding behind an OpenAI-compatible API (chat and completions,
     streamed or not), one generation at a time, with a bounded queue."""
     try:
-        import uvicorn  # noqa: F401  (checked here: the extra's error before any model loads)
-
+        config = engine_options.engine_config(
+            target=target, draft=draft, backend=backend, policy=policy, k=k, tree=tree,
+            confidence=confidence, rule=rule, target_weights=target_weights,
+            draft_weights=draft_weights, threads=threads, device=device,
+            shared_history=shared_history,
+        )  # fmt: skip
+        listener = _ready(config, host, port, no_build)
+    except (ValueError, FileNotFoundError) as error:
+        preflight.fail(error)
+    try:
         from spec_decode.serving.engine import Engine
         from spec_decode.serving.server import create_app
         from spec_decode.serving.state import Settings
         from spec_decode.serving.worker import Worker
     except ImportError as error:
-        console.print(f'[red]error:[/] {error}; install the extra: pip install -e ".[serve]"')
-        raise typer.Exit(2) from error
+        preflight.fail(f"{error}; install the [serve] extra: {preflight.install_hint('serve')}")
 
     def load() -> Engine:  # on the worker's thread, as every later llama.cpp call
         engine = Engine.load(config)
@@ -84,31 +95,36 @@ def serve_command(
         return engine
 
     try:
-        config = engine_options.engine_config(
-            target=target, draft=draft, backend=backend, policy=policy, k=k, tree=tree,
-            confidence=confidence, rule=rule, target_weights=target_weights,
-            draft_weights=draft_weights, threads=threads, device=device,
-            shared_history=shared_history,
-        )  # fmt: skip
         worker = Worker(load, max_queue, timeout)
     except (ValueError, FileNotFoundError) as error:
-        console.print(f"[red]error:[/] {error}")
-        raise typer.Exit(2) from error
+        preflight.fail(error)
     model_name = name or (target if target in PREPARED else Path(target).stem)
     settings = Settings(model_name, api_key or None, max_tokens, grace_s=grace)
     app = create_app(worker, settings)
 
-    _run_until_stopped(app, worker, host=host, port=port, grace=grace, model_name=model_name)
+    _run_until_stopped(app, worker, listener, grace=grace, model_name=model_name)
     loaded = "draft loaded" if worker.engine.draft else "draft not loaded"
     console.print(f"stopped ({loaded}; {worker.engine.history.version} requests in the history)")
 
 
+def _ready(config: Any, host: str, port: int, no_build: bool) -> socket.socket:
+    """Everything checked before a model loads: the ``[serve]`` extra, the models and the
+    backend's extra (:func:`~spec_decode.cli.preflight.check_engine`), the address (bound now:
+    a port in use is refused at once), then the llama.cpp kernels, built if missing."""
+    preflight.require("serve", SERVE_MODULES, "serve")
+    chosen = preflight.check_engine(config)
+    listener = preflight.bind(host, port)
+    if chosen == "llama.cpp":
+        preflight.ensure_kernels(no_build)
+    return listener
+
+
 def _run_until_stopped(
-    app: Any, worker: Any, *, host: str, port: int, grace: float, model_name: str
+    app: Any, worker: Any, listener: socket.socket, *, grace: float, model_name: str
 ) -> None:
-    """Serve ``app`` with uvicorn until SIGTERM or Ctrl-C, then give the running generation
-    ``grace`` seconds (:meth:`~spec_decode.serving.worker.Worker.close`) and wait for the
-    worker."""
+    """Serve ``app`` with uvicorn on the bound ``listener`` until SIGTERM or Ctrl-C, then give the
+    running generation ``grace`` seconds (:meth:`~spec_decode.serving.worker.Worker.close`) and
+    wait for the worker."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -123,12 +139,8 @@ def _run_until_stopped(
                     bound_host, bound_port = sock.getsockname()[:2]
                     console.print(f"serving {model_name} on http://{bound_host}:{bound_port}/v1")
 
-    server = Server(
-        uvicorn.Config(
-            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=grace + 5
-        )
-    )
+    server = Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=grace + 5))
     for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it stopped on
         signal.signal(sig, lambda *_: None)  # after shutdown: let it land here, then exit 0
-    server.run()
+    server.run(sockets=[listener])
     worker.join()

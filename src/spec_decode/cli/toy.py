@@ -29,6 +29,7 @@ from spec_decode.cli.options import (
     progress,
     sampling_params,
 )
+from spec_decode.cli.preflight import check_output, require
 from spec_decode.cli.rule_option import RuleOption, rule_option
 from spec_decode.drafting.policies import POLICY_NAMES, optimal_k
 from spec_decode.toy.experiments import (
@@ -246,7 +247,8 @@ def sweep_command(
         from spec_decode.toy.plots import plot_path, plot_sweep
 
         try:
-            plot_path(plot)
+            check_output(plot_path(plot))
+            require("plot", ("matplotlib",), "--plot")
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--plot") from error
     rule_option(rule)
