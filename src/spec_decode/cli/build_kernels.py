@@ -37,7 +37,7 @@ def build_kernels_command(
     work_dir: Annotated[
         Path | None, typer.Option(help="Keep the source and build tree here (default: a temp dir).")
     ] = None,
-    force: Annotated[bool, typer.Option(help="Rebuild even if the build exists.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if it exists.")] = False,
     status: Annotated[
         bool, typer.Option("--status", help="Only report the build loaded and the cached one.")
     ] = False,

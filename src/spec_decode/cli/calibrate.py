@@ -42,7 +42,7 @@ def calibrate_command(
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="Also draw the curve into this file.")] = None,
     recalibrate: Annotated[
-        bool, typer.Option(help="Measure again even when a cached curve exists.")
+        bool, typer.Option("--recalibrate", help="Measure again even when a cached curve exists.")
     ] = False,
     no_build: NoBuild = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

@@ -21,37 +21,35 @@ Target = Annotated[
 Draft = Annotated[
     str,
     typer.Option(
-        help="Packaged model name, GGUF file or transformers folder; 'lookup' (drafts copied "
-        "from the prompt and output, no draft model) or 'none' (target-only decoding)."
+        help="Like --target; or 'lookup' (copies from the prompt and output, no draft model) "
+        "or 'none' (target-only)."
     ),
 ]
 Backend = Annotated[
     str,
     typer.Option(
-        help="auto (llama.cpp for packaged models and GGUF files when the llama extra is "
-        "installed, else transformers), llama.cpp or transformers."
+        help="auto (llama.cpp for packaged models and GGUF files when installed), llama.cpp "
+        "or transformers."
     ),
 ]
 Policy = Annotated[
     str,
     typer.Option(
-        help=f"How k is chosen before each step: auto, {', '.join(POLICY_NAMES)}. auto picks "
-        "a plain pass, prompt lookup, the suffix drafter or the draft model and k by expected "
-        "tokens per second on this machine's calibrated cost curve (see calibrate); adaptive "
-        "ones start at --k; cost measures the draft/target cost ratio as it goes."
+        help=f"How each step drafts: auto (by this machine's measured costs), "
+        f"{', '.join(POLICY_NAMES)}."
     ),
 ]
 Confidence = Annotated[
     float,
     typer.Option(
-        min=0.0, max=1.0, help="Stop drafting where the draft model's top probability is below."
+        min=0.0, max=1.0, help="Stop drafting where the draft's top probability is below this."
     ),
 ]
 Tree = Annotated[
     str | None,
     typer.Option(
-        help="Draft a token tree instead of a chain: children per node, depth by depth, e.g. "
-        "2,2 (siblings drawn without replacement; replaces --k and --policy)."
+        help="Draft token trees of this shape, children per node by depth, e.g. 2,2 (replaces "
+        "--k and --policy)."
     ),
 ]
 TargetWeights = Annotated[str, typer.Option(help="fp16 (exact block scores) or fp32.")]

@@ -27,8 +27,7 @@ Seed = Annotated[
     int,
     typer.Option(
         callback=fold_seed,
-        help="Seed of every random choice; same seed, same output. Any integer: negative ones "
-        "and those beyond 128 bits are taken modulo 2**128.",
+        help="Seed of every random choice: same seed, same output (any integer, mod 2**128).",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
@@ -130,8 +129,8 @@ EngineK = Annotated[
         "--k",
         min=1,
         max=MAX_K,
-        help="The most tokens drafted a step (default: 4; under the auto policy 16 with the "
-        "exact-rows kernels, see build-kernels).",
+        help="The most tokens drafted a step (default: 4; more under auto with the exact-rows "
+        "kernels).",
     ),
 ]
 
@@ -216,7 +215,7 @@ Threads = Annotated[
     typer.Option(
         min=1,
         callback=check_threads,
-        help="Threads (default: every core this process may use; at most that many).",
+        help="Threads (default and most: every core this process may use).",
     ),
 ]
 

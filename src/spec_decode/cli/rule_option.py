@@ -16,11 +16,8 @@ RuleOption = Annotated[
     str,
     typer.Option(
         "--rule",
-        help="Verification rule: coupled (draft and target sample with the same per-position "
-        "noise, so the output is target-only decoding's for the seed, token for token; a "
-        "one-hot draft is accepted as often as under standard, a draft model somewhat less: "
-        "P(x = y = i) = 1 / sum_j max(p_j/p_i, q_j/q_i)) or standard (accept x with "
-        "min(1, p/q): the same distribution, other samples).",
+        help="coupled (target-only decoding's output for the seed, token for token) or "
+        "standard (accept x with min(1, p/q)); both sample the target exactly.",
     ),
 ]
 

@@ -31,7 +31,7 @@ from spec_decode.cli.options import (
 )
 from spec_decode.cli.preflight import check_output, require
 from spec_decode.cli.rule_option import RuleOption, rule_option
-from spec_decode.drafting.policies import POLICY_NAMES, optimal_k
+from spec_decode.drafting.policies import optimal_k
 from spec_decode.toy.experiments import (
     DEFAULT_AGREEMENTS,
     RunResult,
@@ -46,9 +46,8 @@ from spec_decode.toy.experiments import (
 ToyPolicy = Annotated[
     str,
     typer.Option(
-        help=f"How k is chosen before each step, one of {', '.join(POLICY_NAMES)}: fixed; "
-        "schedule (+2 after a fully accepted step, -1 after a rejection); cost (the k of best "
-        "expected speedup at the running alpha and --draft-cost). Adaptive ones start at --k.",
+        help="How k is chosen each step: fixed, schedule (+2 after a full accept, -1 after a "
+        "rejection) or cost (best expected speedup); adaptive ones start at --k.",
     ),
 ]
 
