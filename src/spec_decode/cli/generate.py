@@ -44,6 +44,7 @@ from spec_decode.cli.options import (
     Threads,
     TopK,
     TopP,
+    print_exact_rows_note,
     print_json,
     prompt_text,
 )
@@ -113,6 +114,8 @@ def generate_command(
         preflight.ready(config, no_build)
         _prepare_packaged(config)
         engine = Engine.load(config)
+        if not as_json:
+            print_exact_rows_note(engine.target.model)
         request = engine.prepare(
             text, max_tokens=max_new_tokens, raw=raw, sampling=sampling, seed=seed,
             penalties=penalties, grammar=grammar,
@@ -197,6 +200,7 @@ def _figures(
             "draft": engine.draft.seconds if engine.draft else 0.0,
         },
         "runs": {label: run.figures() for label, run in runs.items()},
+        "exact_rows": _exact_rows(engine),
     }
     if len(runs) == 2:
         spec, base = (runs[label].figures() for label in ("speculative", "target-only"))
@@ -204,6 +208,12 @@ def _figures(
         figures["speedup"] = rates[0] / rates[1] if rates[1] else float("nan")
         figures["identical_tokens"] = spec["token_ids"] == base["token_ids"]
     return figures
+
+
+def _exact_rows(engine: Engine) -> dict[str, object] | None:
+    """The llama.cpp target's exact block size and why (None on the transformers backend)."""
+    rows = getattr(engine.target.model, "exact_rows", None)
+    return None if rows is None else rows.report()
 
 
 def read_schema(path: Path) -> dict[str, Any]:

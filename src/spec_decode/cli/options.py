@@ -252,3 +252,11 @@ def prompt_text(prompt: str | None) -> str:
             "convert it first (e.g. iconv -f LATIN1 -t UTF-8)",
             param_hint="--prompt",
         ) from error
+
+
+def print_exact_rows_note(model: object) -> None:
+    """Say once, on standard error, when a llama.cpp model gets shorter exact blocks than its
+    build promises (a weight type the exact-rows kernels do not cover), and why."""
+    rows = getattr(model, "exact_rows", None)
+    if rows is not None and rows.reduced:
+        err_console.print(f"[yellow]note:[/] {rows.why}")

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
 from spec_decode.cli import engine_options, preflight
-from spec_decode.cli.options import EngineK, Threads
+from spec_decode.cli.options import EngineK, Threads, print_exact_rows_note
 from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
 
 console = Console(stderr=True)
@@ -91,6 +91,7 @@ def serve_command(
 
     def load() -> Engine:  # on the worker's thread, as every later llama.cpp call
         engine = Engine.load(config)
+        print_exact_rows_note(engine.target.model)
         engine.warm_up()
         return engine
 
