@@ -8,11 +8,12 @@ import pytest
 
 from spec_decode import draft_from_target, random_markov
 
-with contextlib.suppress(ModuleNotFoundError):  # no [llama] extra
-    from spec_decode.backends.llamacpp.library import load
+from spec_decode.backends.llamacpp.library import LibrariesMissing, load
 
-    # before the private cache below: every test (and every process a test starts, which
-    # inherits LLAMA_CPP_LIB_PATH) runs the llama.cpp libraries the CLI would load
+# before the private cache below: every test (and every process a test starts, which inherits
+# LLAMA_CPP_LIB_PATH) runs the llama.cpp libraries the CLI would load. Without the [llama] extra
+# its tests skip themselves; without a build (spec-decode build-kernels) they fail saying so.
+with contextlib.suppress(ModuleNotFoundError, LibrariesMissing):
     load()
 
 
@@ -48,7 +49,7 @@ def small_pair():
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny transformers models run fastest on one torch thread; restore the setting afterwards."""
-    import torch
+    torch = pytest.importorskip("torch")  # the [hf] extra
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -64,7 +65,8 @@ def tiny_qwen2():
     in eval mode; ``logit_scale`` multiplies the output layer to make its distributions peaked,
     and ``config`` overrides any other ``Qwen2Config`` field (``eos_token_id``, say).
     """
-    import torch
+    torch = pytest.importorskip("torch")  # the [hf] extra: a test asking for it is skipped
+    pytest.importorskip("transformers")
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     def build(
@@ -103,6 +105,7 @@ TINY_WORDS = ["<unk>", "</s>", "def", "return", "x", "+", "1", "(", ")", ":"]
 def tiny_qwen2_folder(tiny_qwen2):
     """A factory that saves a tiny Qwen2 and a whitespace word tokenizer over ``TINY_WORDS`` as a
     transformers folder: ``tiny_qwen2_folder(folder, seed, vocab=len(TINY_WORDS)) -> folder``."""
+    pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace

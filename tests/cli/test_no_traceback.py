@@ -41,7 +41,10 @@ def llama_libraries_missing() -> bool:
 needs_llama = pytest.mark.skipif(not installed("llama_cpp"), reason="the [llama] extra")
 needs_serve = pytest.mark.skipif(not installed("fastapi"), reason="the [serve] extra")
 needs_no_libraries = pytest.mark.skipif(
-    not llama_libraries_missing(), reason="llama-cpp-python here has libraries of its own"
+    not llama_libraries_missing(),
+    reason="llama-cpp-python here has libraries of its own"
+    if installed("llama_cpp")
+    else "the [llama] extra",
 )
 
 
