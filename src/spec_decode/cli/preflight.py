@@ -69,7 +69,8 @@ def require(extra: str, modules: tuple[str, ...], needed_for: str) -> None:
     missing = [name for name in modules if not _installed(name)]
     if missing:
         raise Refused(
-            f"{needed_for} needs the [{extra}] extra ({', '.join(missing)} is not installed); "
+            f"{needed_for} needs the [{extra}] extra ({', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed); "
             f"install it with: {install_hint(extra)}"
         )
 
