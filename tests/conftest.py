@@ -7,7 +7,6 @@ import contextlib
 import pytest
 
 from spec_decode import draft_from_target, random_markov
-
 from spec_decode.backends.llamacpp.library import LibrariesMissing, load
 
 # before the private cache below: every test (and every process a test starts, which inherits
