@@ -104,10 +104,10 @@ def test_completions_streamed_and_whole_with_stop(server):
 
 
 def test_greedy_output_equals_generate_no_draft(server, tiny_pair):
-    target, draft = tiny_pair
+    target, _ = tiny_pair
     result = CliRunner().invoke(
         app,
-        ["generate", "--target", str(target), "--draft", str(draft), "--no-draft",
+        ["generate", "--target", str(target), "--no-draft",
          "--prompt", "write some letters", "--max-new-tokens", "48", "--json", "--threads", "1"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -20,12 +22,16 @@ class HeldEngine:
 
     context_window = 64
     target = SimpleNamespace(model=SimpleNamespace(vocab_size=10))
+    n_slots = 1
+    batchers: ClassVar[list] = []
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.started = threading.Event()
+        self.threads: set[str] = set()
 
     def generate(self, request: GenerationRequest, *, cancel, **_) -> Completion:
+        self.threads.add(threading.current_thread().name)
         self.started.set()
         n = len(request.prompt)
         while not self.release.wait(0.005):
@@ -167,3 +173,26 @@ def test_join_closes_the_engine_once_its_last_job_ended():
     worker.join()
     assert running.result(0).finish_reason == "length"
     assert engine.closed_while_running == [False]
+
+
+def test_with_several_slots_jobs_run_at_once_and_the_queue_counts_beyond_them():
+    """Two slots: two jobs run at once, each on a request thread of its own (the engine's
+    thread only decodes), one more waits, and the next is refused."""
+
+    class TwoSlots(HeldEngine):
+        n_slots = 2
+
+    engine = TwoSlots()
+    worker = Worker(lambda: engine, max_queue=1)
+    futures = [worker.submit(job()) for _ in range(3)]
+    deadline = time.monotonic() + 10
+    while worker.busy < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert (worker.busy, worker.waiting) == (2, 1)
+    with pytest.raises(QueueFull):
+        worker.submit(job())
+    engine.release.set()
+    assert [f.result(10).finish_reason for f in futures] == ["length"] * 3
+    assert engine.threads and all(name.startswith("request") for name in engine.threads)
+    worker.close(0.1)
+    worker.join()

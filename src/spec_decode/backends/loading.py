@@ -33,13 +33,20 @@ WEIGHTS = {"cpu": ("fp16", "int8", "fp32"), "cuda": ("bf16", "fp16", "fp32")}
 
 @dataclass
 class Loaded:
-    """A loaded model with its backend, tokenizer, the ids that end generation, and load time."""
+    """A loaded model with its backend, tokenizer, the ids that end generation, and load time;
+    opened as several slots (llama.cpp), ``model`` is the first and ``slots`` all of them, with
+    the ``batcher`` that decodes their calls together (:mod:`.llamacpp.slots`)."""
 
     backend: str
     model: Any
     tokenizer: Any
     stop_ids: frozenset[int]
     seconds: float
+    slots: tuple[Any, ...] = ()
+    batcher: Any = None
+
+    def __post_init__(self) -> None:
+        self.slots = self.slots or (self.model,)
 
 
 def choose_backend(requested: str, target: str) -> str:
@@ -63,9 +70,11 @@ def load(
     threads: int | None = None,
     device: str = "cpu",
     draft: bool = False,
+    slots: int = 1,
 ) -> Loaded:
     """Load ``name_or_path`` (a packaged name, a GGUF file or a transformers folder) as the
-    target or, with ``draft``, as a draft.
+    target or, with ``draft``, as a draft; on llama.cpp as ``slots`` sequences sharing the
+    weights, decoded together (:mod:`.llamacpp.slots`; one on transformers).
 
     ``weights`` and ``device`` apply to transformers only (on the CPU fp16, fp32 or int8 linear
     layers; on cuda bf16, fp16 or fp32); ``threads`` to llama.cpp only (default: every core),
@@ -76,7 +85,7 @@ def load(
     if backend == "llama.cpp":
         if device != "cpu":
             raise ValueError("the llama.cpp backend runs on the CPU; use --backend transformers")
-        return _load_llamacpp(name_or_path, threads, check_rows=not draft)
+        return _load_llamacpp(name_or_path, threads, check_rows=not draft, slots=slots)
     if backend == "transformers":
         return _load_transformers(name_or_path, weights, device)
     raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -127,24 +136,30 @@ def resolve_gguf(name_or_path: str) -> Path:
     return path
 
 
-def _load_llamacpp(name_or_path: str, threads: int | None, check_rows: bool) -> Loaded:
-    from spec_decode.backends.llamacpp import load_model, load_tokenizer
+def _load_llamacpp(name_or_path: str, threads: int | None, check_rows: bool, slots: int) -> Loaded:
+    from spec_decode.backends.llamacpp import load_model, load_tokenizer, open_slots
 
-    def read() -> Any:
-        return load_model(resolve_gguf(name_or_path), n_threads=threads, check_rows=check_rows)
+    def read() -> tuple[Any, ...]:
+        path = resolve_gguf(name_or_path)
+        if slots > 1:
+            return open_slots(path, slots, n_threads=threads, check_rows=check_rows)
+        return (load_model(path, n_threads=threads, check_rows=check_rows),), None
 
     start = time.perf_counter()
-    model = read()
+    models, batcher = read()
     if name_or_path in PREPARED and not assembly.is_verified(name_or_path):
-        model.close()  # the file changed while it was read: verify it again, read it again
-        model = read()
+        models[0].close()  # the file changed while it was read: verify it again, read it again
+        models, batcher = read()
         if not assembly.is_verified(name_or_path):
             raise ValueError(
                 f"{name_or_path}: {assembly.gguf_path(name_or_path)} keeps changing while it is "
                 "read; stop whatever writes to it, then run: spec-decode models verify"
             )
-    tokenizer = load_tokenizer(model)
-    return Loaded("llama.cpp", model, tokenizer, tokenizer.eog_ids, time.perf_counter() - start)
+    tokenizer = load_tokenizer(models[0])
+    seconds = time.perf_counter() - start
+    return Loaded(
+        "llama.cpp", models[0], tokenizer, tokenizer.eog_ids, seconds, tuple(models), batcher
+    )
 
 
 def _load_transformers(name_or_path: str, weights: str, device: str) -> Loaded:

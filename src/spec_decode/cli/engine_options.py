@@ -82,6 +82,7 @@ def engine_config(
     threads: int | None,
     device: str,
     shared_history: bool = True,
+    parallel: int = 1,
 ) -> EngineConfig:
     """The engine these options describe; a malformed ``--tree`` or ``--rule`` is a usage error
     (exit 2), and a combination the engine refuses a ``ValueError``."""
@@ -90,7 +91,7 @@ def engine_config(
     return EngineConfig(
         target=target, draft=draft, backend=backend, policy=policy, k=k, tree=shape,
         confidence=confidence, threads=threads, device=device, target_weights=target_weights,
-        draft_weights=draft_weights, rule=rule, shared_history=shared_history,
+        draft_weights=draft_weights, rule=rule, shared_history=shared_history, parallel=parallel,
     )  # fmt: skip
 
 

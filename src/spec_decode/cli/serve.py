@@ -22,6 +22,9 @@ from spec_decode.cli.options import EngineK, Threads, print_exact_rows_note
 from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
 
 console = Console(stderr=True)
+#: Slots by default: on 2 cores a batch buys the first token, not throughput, and 4 slots keep
+#: 4 x 4,096 positions of KV cache (about 0.5 GB for the packaged target).
+DEFAULT_PARALLEL, MAX_PARALLEL = 4, 64
 #: What the server imports from the ``[serve]`` extra, checked before anything else.
 SERVE_MODULES = ("fastapi", "uvicorn", "sse_starlette", "prometheus_client", "pydantic")
 
@@ -50,8 +53,18 @@ def serve_command(
     draft_weights: engine_options.DraftWeights = "int8",
     device: engine_options.Device = "cpu",
     no_build: engine_options.NoBuild = False,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_PARALLEL,
+            help=f"Requests generated at once, each on a slot with its own KV cache (default "
+            f"{DEFAULT_PARALLEL}: a slot costs about 30 KB a token of context for the packaged "
+            "target); one where shared calls would not be exact.",
+        ),
+    ] = DEFAULT_PARALLEL,
     max_queue: Annotated[
-        int, typer.Option(min=0, help="Requests that may wait beyond the running one (429 after).")
+        int, typer.Option(min=0, help="Requests that may wait for a slot (429 after).")
     ] = 16,
     max_tokens: Annotated[
         int, typer.Option(min=1, help="The most tokens one request may ask for (more: a 400).")
@@ -70,21 +83,37 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve exact speculative decoding behind an OpenAI-compatible API (chat and completions,
-    streamed or not), one generation at a time, with a bounded queue."""
+    streamed or not), several generations at once, each its solo answer, with a bounded
+    queue."""
     try:
         config = engine_options.engine_config(
             target=target, draft=draft, backend=backend, policy=policy, k=k, tree=tree,
             confidence=confidence, rule=rule, target_weights=target_weights,
             draft_weights=draft_weights, threads=threads, device=device,
-            shared_history=shared_history,
+            shared_history=shared_history, parallel=parallel,
         )  # fmt: skip
         listener = _ready(config, host, port, no_build)
     except (ValueError, FileNotFoundError) as error:
         preflight.fail(error)
+    worker = _start_worker(config, max_queue, timeout)
+    model_name = name or (target if target in PREPARED else Path(target).stem)
+    from spec_decode.serving.server import create_app
+    from spec_decode.serving.state import Settings
+
+    settings = Settings(model_name, api_key or None, max_tokens, grace_s=grace)
+    app = create_app(worker, settings)
+
+    _run_until_stopped(app, worker, listener, grace=grace, model_name=model_name)
+    loaded = "draft loaded" if worker.engine.draft else "draft not loaded"
+    console.print(f"stopped ({loaded}; {worker.engine.history.version} requests in the history)")
+
+
+def _start_worker(config: Any, max_queue: int, timeout: float) -> Any:
+    """The worker with the engine loaded on its thread (saying when it runs fewer requests at
+    once than ``--parallel`` asks, and why); exit 2 for a model or combination refused."""
     try:
         from spec_decode.serving.engine import Engine
-        from spec_decode.serving.server import create_app
-        from spec_decode.serving.state import Settings
+        from spec_decode.serving.slots import batching_refusal
         from spec_decode.serving.worker import Worker
     except ImportError as error:
         preflight.fail(f"{error}; install the [serve] extra: {preflight.install_hint('serve')}")
@@ -92,20 +121,16 @@ def serve_command(
     def load() -> Engine:  # on the worker's thread, as every later llama.cpp call
         engine = Engine.load(config)
         print_exact_rows_note(engine.target.model)
+        if engine.n_slots < config.parallel:
+            why = batching_refusal(engine.target) or "this backend or --tree runs one"
+            console.print(f"[yellow]note:[/] {why}")
         engine.warm_up()
         return engine
 
     try:
-        worker = Worker(load, max_queue, timeout)
+        return Worker(load, max_queue, timeout)
     except (ValueError, FileNotFoundError) as error:
         preflight.fail(error)
-    model_name = name or (target if target in PREPARED else Path(target).stem)
-    settings = Settings(model_name, api_key or None, max_tokens, grace_s=grace)
-    app = create_app(worker, settings)
-
-    _run_until_stopped(app, worker, listener, grace=grace, model_name=model_name)
-    loaded = "draft loaded" if worker.engine.draft else "draft not loaded"
-    console.print(f"stopped ({loaded}; {worker.engine.history.version} requests in the history)")
 
 
 def _ready(config: Any, host: str, port: int, no_build: bool) -> socket.socket:
@@ -138,7 +163,10 @@ def _run_until_stopped(
             for server in self.servers:
                 for sock in server.sockets:
                     bound_host, bound_port = sock.getsockname()[:2]
-                    console.print(f"serving {model_name} on http://{bound_host}:{bound_port}/v1")
+                    console.print(
+                        f"serving {model_name} on http://{bound_host}:{bound_port}/v1 "
+                        f"({worker.slots} at once)"
+                    )
 
     server = Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=grace + 5))
     for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it stopped on

@@ -33,7 +33,9 @@ class EngineConfig:
     most it drafts) or a k policy name; ``tree`` drafts token trees of that shape instead.
     ``k`` None follows the target's build (:func:`default_k`).
     ``shared_history`` gives the auto policy's suffix drafter the finished requests;
-    ``reuse_cache`` lets a request reuse the KV cache the previous one left.
+    ``reuse_cache`` lets a request reuse the KV cache the previous one left. ``parallel``
+    requests run at once, each on a slot of its own (llama.cpp, chains; see
+    :mod:`spec_decode.serving.slots`).
     """
 
     target: str = DEFAULT_TARGET
@@ -50,6 +52,7 @@ class EngineConfig:
     shared_history: bool = True
     reuse_cache: bool = True
     rule: str = DEFAULT_RULE
+    parallel: int = 1
 
     def __post_init__(self) -> None:
         if self.policy != "auto" and self.policy not in POLICY_NAMES:
@@ -65,6 +68,8 @@ class EngineConfig:
         if self.target_weights == "int8":
             raise ValueError("int8 target weights break block/one-token consistency; use fp16")
         rule_by_name(self.rule)  # an unknown rule is refused before anything loads
+        if self.parallel < 1:
+            raise ValueError(f"parallel must be >= 1, got {self.parallel}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
 
@@ -76,11 +81,15 @@ class EngineConfig:
             check_weights(backend, weights, self.device)
         return backend
 
-    def load(self, backend: str, name: str, weights: str, draft: bool = False) -> Loaded:
-        """Load the target or (``draft``) the draft ``name`` with these threads and device."""
+    def load(
+        self, backend: str, name: str, weights: str, slots: int = 1, draft: bool = False
+    ) -> Loaded:
+        """Load the target or (``draft``) the draft ``name`` with these threads and device, as
+        ``slots`` sequences (llama.cpp)."""
         return load(
-            backend, name, weights=weights, threads=self.threads, device=self.device, draft=draft
-        )
+            backend, name, weights=weights, threads=self.threads, device=self.device,
+            draft=draft, slots=slots,
+        )  # fmt: skip
 
     @property
     def uses_auto(self) -> bool:

@@ -1,5 +1,4 @@
-"""The engine: a target (and a draft, when it can pay) loaded once, serving any number of
-generations.
+"""The engine: a target (and a draft, when it can pay) loaded once, serving any generations.
 
 :meth:`Engine.load` loads the target, reads the cost curve (measuring it the first time) and
 loads the draft only when the auto policy could choose it; :meth:`Engine.prepare` makes a checked
@@ -8,21 +7,19 @@ runs one, step by step, and returns a :class:`~spec_decode.serving.completion.Co
 
 Across requests the engine keeps two things, and neither may change what a request emits:
 
-* The models' KV caches. The next request that shares a prefix with the last sequence reads
-  only what is new, as far as a cold run would have computed the reused rows bitwise the same
-  (:meth:`~spec_decode.backends.llamacpp.LlamaCppModel.keep_reusable`); a backend without that
-  check starts every request cold.
+* The models' KV caches, one per slot. A request that shares a prefix with its slot's last
+  sequence reads only what is new, as far as a cold run computes the reused rows bitwise the
+  same (:meth:`~spec_decode.backends.llamacpp.LlamaCppModel.keep_reusable`).
 * The shared :class:`~spec_decode.drafting.suffix.SuffixHistory`: every finished request's
-  sequence is added, and later requests' suffix drafter continues from it. Greedy output does
-  not depend on what was drafted; a sampled request does, through which random draws the steps
-  consume, so a request with both a seed and a temperature above 0 does not read the history:
-  its output is then a function of its own input and seed alone, as the same request run alone.
+  sequence is added, and later requests' suffix drafter continues from it. Greedy and coupled
+  output do not depend on what was drafted; a sampled request under the standard rule does, so
+  with a seed it reads no history: its output is its own input's and seed's alone.
 
 A request's penalties, logit bias and grammar are processors (:mod:`spec_decode.core.processors`)
 wrapped around both models for that request alone: every row the target scores, drafted rows
 included, is processed with its own history, so the output stays target-only decoding's.
 
-One generation runs at a time (llama.cpp contexts are not thread-safe; :mod:`.worker`).
+Requests run at once on slots (:mod:`.slots`); their models' calls meet on the engine's thread.
 """
 
 from __future__ import annotations
@@ -48,15 +45,15 @@ from spec_decode.core.generate import generate
 from spec_decode.core.processors import LogitBias, Penalties
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.steps import StepFunction
-from spec_decode.drafting.auto import suffix_drafter
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.rule_choice import RuleChoice, rule_by_name
-from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
+from spec_decode.drafting.suffix import SuffixHistory
 from spec_decode.serving.completion import Completion, Piece, StepCallback
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig, default_k, draft_may_pay
 from spec_decode.serving.halting import Halt, halt_reason, halting_step
 from spec_decode.serving.logprobs import RowRecorder, TokenLogprob
 from spec_decode.serving.request import GenerationRequest
+from spec_decode.serving.slots import IdleHistory, Slot, SlotTable, batching_refusal
 from spec_decode.serving.steps import processed, request_step
 from spec_decode.serving.text import IncrementalText
 
@@ -66,8 +63,8 @@ class Engine:
     """A loaded target (and draft) with its cost curve, shared history and warm KV caches.
 
     Build it with :meth:`load`. ``k`` is the most tokens a step drafts: ``config.k``, or
-    :func:`default_k` for the loaded target. Generations run one at a time: a lock serialises
-    callers.
+    :func:`default_k` for the loaded target. As many generations run at once as there are
+    slots (:mod:`.slots`), each on a thread of its own; further callers wait for a slot.
     """
 
     config: EngineConfig
@@ -76,16 +73,31 @@ class Engine:
     costs: CostCurve | None
     k: int
     history: SuffixHistory = field(default_factory=SuffixHistory)
-    #: The auto planner's suffix drafters, with and without the history, kept across requests:
-    #: a follow-up turn's prompt extends the last context, so only its new tokens are indexed.
-    _suffix: dict[bool, SuffixDrafter] = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    slots: SlotTable = field(init=False, repr=False)
+    _history: IdleHistory = field(init=False, repr=False)
     _tokenizer: SerializedTokenizer = field(init=False, repr=False)
     _grammar_tokenizer: Any = field(default=None, init=False, repr=False)
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self._tokenizer = SerializedTokenizer(self.target.tokenizer)
+        drafts = self.draft.slots if self.draft is not None else None
+        self.slots = SlotTable(self.target.slots[: self.n_slots], drafts)
+        self._history = IdleHistory(self.history)
+
+    @property
+    def n_slots(self) -> int:
+        """How many requests run at once: the target's slots (1 where batching them would not
+        be exact for this model: see :func:`~.slots.batching_refusal`)."""
+        return 1 if batching_refusal(self.target) else len(self.target.slots)
+
+    @property
+    def batchers(self) -> list[Any]:
+        """What decodes the slots' calls together (none for one slot), to step on the engine's
+        thread."""
+        if self.n_slots == 1:
+            return []
+        return [m.batcher for m in (self.target, self.draft) if m is not None and m.batcher]
 
     @classmethod
     def load(cls, config: EngineConfig) -> Engine:
@@ -93,7 +105,8 @@ class Engine:
         the auto policy could never choose it on this machine (``ValueError`` or
         ``FileNotFoundError`` for a bad model or combination)."""
         backend = config.checked_backend()
-        target = config.load(backend, config.target, config.target_weights)
+        slots = config.parallel if backend == "llama.cpp" and config.tree is None else 1
+        target = config.load(backend, config.target, config.target_weights, slots)
         costs = cost_curve(backend, target.model) if config.uses_auto else None
         k = config.k or default_k(target.model, config.uses_auto)
         wants_model = config.draft not in (LOOKUP, NO_DRAFT)
@@ -101,7 +114,7 @@ class Engine:
             wants_model = draft_may_pay(backend, config.draft, config.threads, costs, k)
         draft = None
         if wants_model:
-            draft = config.load(backend, config.draft, config.draft_weights, draft=True)
+            draft = config.load(backend, config.draft, config.draft_weights, slots, draft=True)
             check_pair(target, draft)
             if costs is not None:
                 seconds = pass_seconds(backend, draft.model, max_block=1)[0][0]
@@ -120,7 +133,7 @@ class Engine:
     @property
     def models(self) -> list[Any]:
         """The loaded models: the target, then the draft if it was loaded."""
-        return [self.target.model] + ([self.draft.model] if self.draft else [])
+        return self.slots.slots[0].models
 
     @property
     def context_window(self) -> int:
@@ -222,26 +235,23 @@ class Engine:
             model.next_dist([0])
 
     def close(self) -> None:
-        """Free the models now (llama.cpp's contexts and weights, for a backend that has
-        ``close``), once the last generation ended; the engine generates nothing afterwards.
-
-        Shutdown calls this (:meth:`~spec_decode.serving.worker.Worker.join`) rather than leave
-        the models to the garbage collector: the app is a reference cycle that holds the engine
-        (after a tool call or a ``response_format``, llguidance's tokenizer holds the target's
-        tokenizer too), so unless a collection ran before exit the models were freed during the
-        interpreter's teardown, in an unspecified order, once ``sys.meta_path`` was gone (where
-        a lazy import in ``__del__`` printed "Exception ignored in LlamaCppModel.__del__")."""
-        with self._lock, self._grammar_lock:
+        """Free the models now, once the last generation ended, rather than leave them to
+        interpreter exit (shutdown: :meth:`~spec_decode.serving.worker.Worker.join`), where the
+        app's reference cycle would free them after ``sys.meta_path`` is gone."""
+        with self._grammar_lock:
             self._grammar_tokenizer = None
-            for model in self.models:
+            for model in self._every_model():
                 close = getattr(model, "close", None)
                 if close is not None:
                     close()
 
     def forget(self) -> None:
         """Drop every KV cache: the next request reads its whole prompt, as a fresh process."""
-        for model in self.models:
+        for model in self._every_model():
             model.reset()
+
+    def _every_model(self) -> list[Any]:
+        return [model for slot in self.slots.slots for model in slot.models]
 
     def generate(
         self,
@@ -267,10 +277,10 @@ class Engine:
         # under the coupled rule the drafts (and so the history) never change the output
         reads_history = choice.coupled or sampling.temperature == 0 or seed is None
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
-        with self._lock:
-            step, recorder = self._request_step(request, choice, reads_history)
+        with self.slots.take(ids) as slot, self._history.request():
+            step, recorder = self._request_step(request, choice, reads_history, slot)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
-            cached = self._prepare_caches(ids)
+            cached = slot.keep_reusable(ids, self.config.reuse_cache)
 
             first_step: list[float] = []
             logprobs: list[TokenLogprob] = []
@@ -289,7 +299,7 @@ class Engine:
             start = time.perf_counter()
             try:
                 trace = generate(
-                    self.target.model,
+                    slot.target,
                     halting,
                     ids,
                     request.max_tokens,
@@ -306,7 +316,7 @@ class Engine:
             if on_step is not None and last:
                 on_step(Piece([], last))
             if trace.tokens and self.config.shared_history:
-                self.history.add(ids + trace.tokens)
+                self._history.add(ids + trace.tokens)
         first = first_step[0] if first_step else 0.0
         return Completion(
             trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first,
@@ -314,15 +324,18 @@ class Engine:
         )  # fmt: skip
 
     def _request_step(
-        self, request: GenerationRequest, choice: RuleChoice, reads_history: bool
+        self, request: GenerationRequest, choice: RuleChoice, reads_history: bool, slot: Slot
     ) -> tuple[StepFunction, RowRecorder | None]:
-        """The request's step function over the models with its processors, and the recorder
-        of its rows when it asks for logprobs (:mod:`.steps`)."""
+        """The request's step function over the slot's models with its processors, and the
+        recorder of its rows when it asks for logprobs (:mod:`.steps`)."""
         grammar = self.grammar_tokenizer if request.grammar is not None else None
-        target = processed(self.target.model, request, grammar)
-        draft = processed(self.draft.model, request, grammar) if self.draft is not None else None
+        target = processed(slot.target, request, grammar)
+        draft = processed(slot.draft, request, grammar) if slot.draft is not None else None
         recorder = None if request.logprobs is None else RowRecorder(target, request.logprobs)
         shared = self.history if reads_history and self.config.shared_history else None
+        suffix = None
+        if self.costs is not None:
+            suffix = slot.suffix_drafter(self.costs, self.k, shared)
         step = request_step(
             self.config,
             recorder or target,
@@ -332,30 +345,6 @@ class Engine:
             k=self.k,
             target_only=request.target_only,
             costs=self.costs,
-            suffix=self._suffix_drafter(shared) if self.costs is not None else None,
+            suffix=suffix,
         )
         return step, recorder
-
-    def _prepare_caches(self, prompt: list[int]) -> int:
-        """Keep what each model's cache may reuse for ``prompt`` (nothing without
-        ``reuse_cache`` or a backend that cannot say); return the target's kept length."""
-        kept = []
-        for model in self.models:
-            keep = getattr(model, "keep_reusable", None)
-            if self.config.reuse_cache and keep is not None:
-                kept.append(keep(prompt))
-            else:
-                model.reset()
-                kept.append(0)
-        return kept[0]
-
-    def _suffix_drafter(self, shared: SuffixHistory | None) -> SuffixDrafter:
-        """The auto planner's suffix drafter reading ``shared`` (or no history), kept across
-        requests and told a new one begins."""
-        assert self.costs is not None  # only auto keeps one, and auto is loaded with the curve
-        suffix = self._suffix.get(shared is not None)
-        if suffix is None:
-            suffix = suffix_drafter(self.costs, self.target.model.vocab_size, self.k, shared)
-            self._suffix[shared is not None] = suffix
-        suffix.begin_request()
-        return suffix

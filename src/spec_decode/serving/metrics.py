@@ -2,7 +2,8 @@
 
 Counters of requests by route and status, of prompt, reused-prompt and generated tokens, of
 target passes and of drafted and accepted tokens; histograms of generation time and of time to
-the first streamed text; gauges of the queue. Each server has its own registry, so several apps
+the first streamed text; gauges of the queue, of the slots (busy and in all) and of the target
+decodes shared by several requests. Each server has its own registry, so several apps
 in one process (tests) do not collide.
 """
 
@@ -53,8 +54,17 @@ class Metrics:
         )
         waiting = Gauge(f"{_PREFIX}_queue_waiting", "Requests waiting", registry=registry)
         waiting.set_function(lambda: worker.waiting)
-        busy = Gauge(f"{_PREFIX}_busy", "1 while a generation runs", registry=registry)
+        busy = Gauge(f"{_PREFIX}_busy", "Generations running (slots busy)", registry=registry)
         busy.set_function(lambda: float(worker.busy))
+        slots = Gauge(f"{_PREFIX}_slots", "Generations that may run at once", registry=registry)
+        slots.set_function(lambda: float(worker.slots))
+        batchers = getattr(worker.engine, "batchers", [])
+        shared = Gauge(
+            f"{_PREFIX}_shared_decodes",
+            "Target decodes that fed more than one request's rows",
+            registry=registry,
+        )
+        shared.set_function(lambda: float(batchers[0].shared_steps) if batchers else 0.0)
 
     def finished(self, route: str, done: Future[Completion]) -> None:
         """Count a finished generation (whether or not its client is still there)."""

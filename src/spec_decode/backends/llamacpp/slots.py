@@ -28,8 +28,9 @@ from spec_decode.backends.llamacpp.context import LlamaContext, Row
 from spec_decode.backends.llamacpp.model import LlamaCppModel, gguf_file
 from spec_decode.backends.llamacpp.promise import exact_rows
 
-#: Tokens one step feeds at most: a verification block whole, a prompt in chunks.
-DEFAULT_BUDGET = 96
+#: Tokens one step feeds at most: a verification block whole, a prompt in chunks. No more than
+#: the block size the per-model promise checks (:mod:`.promise`), so shared calls stay exact.
+DEFAULT_BUDGET = 64
 
 
 @dataclass
@@ -48,7 +49,8 @@ class _Post:
 
 
 class Batcher:
-    """Decodes the rows its slots post on ``context``, together, a step at a time."""
+    """Decodes the rows its slots post on ``context``, together, a step at a time, on the
+    thread that made it."""
 
     def __init__(self, context: LlamaContext, budget: int = DEFAULT_BUDGET) -> None:
         if budget < 1:
@@ -56,12 +58,16 @@ class Batcher:
         self.context, self.budget = context, budget
         self._posts: list[_Post] = []
         self._ready = threading.Condition()
+        self._decoding_thread = threading.get_ident()  # the thread that steps it: its creator
         self.steps = 0  #: decodes run
         self.shared_steps = 0  #: decodes that fed more than one slot's rows
 
     def decode(self, rows: list[Row]) -> np.ndarray:
         """Post ``rows`` (any thread) and wait until :meth:`step` fed them; the logits of their
-        output rows, in order (a copy)."""
+        output rows, in order (a copy). A call from the decoding thread itself (loading,
+        calibrating, warming up) is fed at once, alone."""
+        if threading.get_ident() == self._decoding_thread:
+            return self.context.decode(rows).copy()
         post = _Post(list(rows))
         with self._ready:
             self._posts.append(post)
@@ -77,6 +83,11 @@ class Batcher:
         """Block until some rows are posted (True) or ``timeout`` seconds pass (False)."""
         with self._ready:
             return self._ready.wait_for(lambda: bool(self._posts), timeout)
+
+    def wake(self) -> None:
+        """Wake whoever waits for posts (the :class:`Stepper` stopping)."""
+        with self._ready:
+            self._ready.notify_all()
 
     @property
     def pending(self) -> int:
@@ -123,6 +134,33 @@ class Batcher:
         with self._ready:
             self._posts.remove(post)
         post.done.set()
+
+
+class Stepper:
+    """Steps a target's and its draft's batchers on one thread (every decode from one thread),
+    sleeping while neither has posts, until :meth:`stop`."""
+
+    def __init__(self, batchers: list[Batcher]) -> None:
+        self.batchers = batchers
+        for batcher in batchers[1:]:  # one condition: a post to either wakes the stepper
+            batcher._ready = batchers[0]._ready
+        self._stopped = False
+
+    def run(self) -> None:
+        """Step until :meth:`stop` (on the thread that made the batchers)."""
+        ready = self.batchers[0]._ready
+        while not self._stopped:
+            if any([batcher.step() for batcher in self.batchers]):
+                continue
+            with ready:
+                ready.wait_for(
+                    lambda: self._stopped or any(b._posts for b in self.batchers), timeout=1.0
+                )
+
+    def stop(self) -> None:
+        """End :meth:`run` after its current step."""
+        self._stopped = True
+        self.batchers[0].wake()
 
 
 def open_slots(

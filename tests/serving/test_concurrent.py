@@ -1,0 +1,114 @@
+"""Several clients at once (``serve --parallel``): every answer is the same request's answer
+from a server that runs one request at a time, greedy and seeded at T = 0.7, while the requests
+share target decodes; and a request sent while another streams gets its first text before that
+one ends.
+
+Runs ``spec-decode serve`` as a subprocess on the tiny pair (float32 weights: covered by the
+exact-rows build, so its slots share calls) with the official ``openai`` client.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("llama_cpp")
+
+from servers import MODEL, Server
+
+from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        patched_exact_rows() == 0,
+        reason="slots share calls only on the exact-rows build (" + kernels_status() + ")",
+    ),
+]
+
+#: (prompt, temperature, seed): greedy and seeded requests of several lengths.
+REQUESTS = [
+    ("ab", 0.0, None),
+    ("ba ab", 0.7, 1),
+    ("aab", 0.0, None),
+    ("b", 0.7, 2),
+    ("abab ba", 0.7, 3),
+    ("bb a", 0.0, None),
+    ("a", 0.7, 4),
+    ("ba", 0.7, 5),
+]
+
+
+def ask(server: Server, prompt: str, temperature: float, seed: int | None) -> str:
+    """A streamed chat request's text."""
+    stream = server.client().chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=40,
+        temperature=temperature,
+        seed=seed,
+        stream=True,
+    )
+    return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+def shared_decodes(server: Server) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    return float(re.search(r"^spec_decode_shared_decodes (\S+)$", text, re.M).group(1))
+
+
+@pytest.fixture(scope="module")
+def solo_answers(tiny_pair) -> list[str]:
+    server = Server(tiny_pair, "--parallel", "1")
+    try:
+        return [ask(server, *request) for request in REQUESTS]
+    finally:
+        server.stop()
+
+
+def test_concurrent_answers_are_solo_answers(tiny_pair, solo_answers):
+    server = Server(tiny_pair, "--parallel", "4")
+    try:
+        assert "(4 at once)" in "".join(server.lines)
+        for _ in range(2):  # two rounds: the second finds warm slots and a history
+            with ThreadPoolExecutor(len(REQUESTS)) as pool:
+                answers = list(pool.map(lambda r: ask(server, *r), REQUESTS))
+            assert answers == solo_answers
+        assert shared_decodes(server) > 0
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_second_request_is_answered_while_the_first_streams(tiny_pair):
+    """The second user's first text comes before the first user's stream ends."""
+    server = Server(tiny_pair, "--parallel", "2")
+    try:
+        started, times = threading.Event(), {}
+
+        def first() -> None:
+            stream = server.client().chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "ab"}], max_tokens=440,
+                temperature=0.0, stream=True,
+            )  # fmt: skip
+            for _ in stream:
+                started.set()
+            times["first ends"] = time.monotonic()
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        assert started.wait(60)
+        stream = server.client().chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "b"}], max_tokens=5, stream=True
+        )
+        next(iter(stream))
+        times["second starts"] = time.monotonic()
+        thread.join(120)
+        assert times["second starts"] < times["first ends"]
+    finally:
+        server.stop()
