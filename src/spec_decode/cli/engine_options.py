@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import click
 import typer
+from click.core import ParameterSource
 
 from spec_decode.cli.options import tree_shape
 from spec_decode.cli.rule_option import rule_option
@@ -92,6 +94,18 @@ def engine_config(
         target=target, draft=draft, backend=backend, policy=policy, k=k, tree=shape,
         confidence=confidence, threads=threads, device=device, target_weights=target_weights,
         draft_weights=draft_weights, rule=rule, shared_history=shared_history, parallel=parallel,
+        draft_named=_named("draft"),
+    )  # fmt: skip
+
+
+def _named(option: str) -> bool:
+    """Whether the user gave ``option`` (on the command line or in the environment) rather
+    than leaving its default; True outside a command."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return True
+    return context.get_parameter_source(option) not in (
+        ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None,
     )  # fmt: skip
 
 

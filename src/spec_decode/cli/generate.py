@@ -44,8 +44,8 @@ from spec_decode.cli.options import (
     Threads,
     TopK,
     TopP,
-    print_exact_rows_note,
     print_json,
+    print_load_notes,
     prompt_text,
 )
 from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
@@ -115,7 +115,7 @@ def generate_command(
         _prepare_packaged(config)
         engine = Engine.load(config)
         if not as_json:
-            print_exact_rows_note(engine.target.model)
+            print_load_notes(engine)
         request = engine.prepare(
             text, max_tokens=max_new_tokens, raw=raw, sampling=sampling, seed=seed,
             penalties=penalties, grammar=grammar,

@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -254,9 +254,13 @@ def prompt_text(prompt: str | None) -> str:
         ) from error
 
 
-def print_exact_rows_note(model: object) -> None:
-    """Say once, on standard error, when a llama.cpp model gets shorter exact blocks than its
-    build promises (a weight type the exact-rows kernels do not cover), and why."""
-    rows = getattr(model, "exact_rows", None)
+def print_load_notes(engine: Any) -> None:
+    """Say once, on standard error, what loading decided that changes what the user asked
+    for: a draft set aside (its vocabulary is not the target's), or a llama.cpp target whose
+    exact blocks are shorter than its build's (a weight type the exact-rows kernels do not
+    cover), each with why."""
+    for note in getattr(engine, "notes", ()):
+        err_console.print(f"[yellow]note:[/] {note}")
+    rows = getattr(engine.target.model, "exact_rows", None)
     if rows is not None and rows.reduced:
         err_console.print(f"[yellow]note:[/] {rows.why}")

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from spec_decode.backends.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PREPARED
 from spec_decode.cli import engine_options, preflight
-from spec_decode.cli.options import EngineK, Threads, print_exact_rows_note
+from spec_decode.cli.options import EngineK, Threads, print_load_notes
 from spec_decode.cli.rule_option import DEFAULT_RULE, RuleOption
 
 console = Console(stderr=True)
@@ -120,7 +120,7 @@ def _start_worker(config: Any, max_queue: int, timeout: float) -> Any:
 
     def load() -> Engine:  # on the worker's thread, as every later llama.cpp call
         engine = Engine.load(config)
-        print_exact_rows_note(engine.target.model)
+        print_load_notes(engine)
         if engine.n_slots < config.parallel:
             why = batching_refusal(engine.target) or "this backend or --tree runs one"
             console.print(f"[yellow]note:[/] {why}")

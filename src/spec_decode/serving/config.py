@@ -35,7 +35,9 @@ class EngineConfig:
     ``shared_history`` gives the auto policy's suffix drafter the finished requests;
     ``reuse_cache`` lets a request reuse the KV cache the previous one left. ``parallel``
     requests run at once, each on a slot of its own (llama.cpp, chains; see
-    :mod:`spec_decode.serving.slots`).
+    :mod:`spec_decode.serving.slots`). A ``draft`` model whose vocabulary is not the target's
+    is an error when ``draft_named``; otherwise (the default draft beside a target of another
+    family) it is set aside and the engine drafts from the prompt.
     """
 
     target: str = DEFAULT_TARGET
@@ -53,6 +55,7 @@ class EngineConfig:
     reuse_cache: bool = True
     rule: str = DEFAULT_RULE
     parallel: int = 1
+    draft_named: bool = True
 
     def __post_init__(self) -> None:
         if self.policy != "auto" and self.policy not in POLICY_NAMES:

@@ -24,15 +24,13 @@ Requests run at once on slots (:mod:`.slots`); their models' calls meet on the e
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spec_decode.backends.calibration import cost_curve, pass_seconds
-from spec_decode.backends.loading import Loaded, check_pair
+from spec_decode.backends.loading import Loaded
 from spec_decode.backends.prompts import (
     SerializedTokenizer,
     encode_chat,
@@ -49,8 +47,9 @@ from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.rule_choice import RuleChoice, rule_by_name
 from spec_decode.drafting.suffix import SuffixHistory
 from spec_decode.serving.completion import Completion, Piece, StepCallback
-from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig, default_k, draft_may_pay
+from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.halting import Halt, halt_reason, halting_step
+from spec_decode.serving.loader import load_models
 from spec_decode.serving.logprobs import RowRecorder, TokenLogprob
 from spec_decode.serving.request import GenerationRequest
 from spec_decode.serving.slots import IdleHistory, Slot, SlotTable, batching_refusal
@@ -73,6 +72,8 @@ class Engine:
     costs: CostCurve | None
     k: int
     history: SuffixHistory = field(default_factory=SuffixHistory)
+    #: what loading decided that the user should hear (a draft set aside, and why)
+    notes: tuple[str, ...] = ()
     slots: SlotTable = field(init=False, repr=False)
     _history: IdleHistory = field(init=False, repr=False)
     _tokenizer: SerializedTokenizer = field(init=False, repr=False)
@@ -101,25 +102,9 @@ class Engine:
 
     @classmethod
     def load(cls, config: EngineConfig) -> Engine:
-        """Load the target, read (or measure) the cost curve, and load the draft model unless
-        the auto policy could never choose it on this machine (``ValueError`` or
-        ``FileNotFoundError`` for a bad model or combination)."""
-        backend = config.checked_backend()
-        slots = config.parallel if backend == "llama.cpp" and config.tree is None else 1
-        target = config.load(backend, config.target, config.target_weights, slots)
-        costs = cost_curve(backend, target.model) if config.uses_auto else None
-        k = config.k or default_k(target.model, config.uses_auto)
-        wants_model = config.draft not in (LOOKUP, NO_DRAFT)
-        if wants_model and costs is not None:
-            wants_model = draft_may_pay(backend, config.draft, config.threads, costs, k)
-        draft = None
-        if wants_model:
-            draft = config.load(backend, config.draft, config.draft_weights, slots, draft=True)
-            check_pair(target, draft)
-            if costs is not None:
-                seconds = pass_seconds(backend, draft.model, max_block=1)[0][0]
-                costs = dataclasses.replace(costs, draft_seconds=seconds)
-        return cls(config, target, draft, costs, k)
+        """Load the models this configuration names (:func:`~.loader.load_models`)."""
+        m = load_models(config)
+        return cls(m.config, m.target, m.draft, m.costs, m.k, notes=m.notes)
 
     @property
     def backend(self) -> str:
