@@ -34,7 +34,7 @@ class SerializedTokenizer:
         self.apply_chat_template = self._serialized(tokenizer.apply_chat_template)
 
     def _serialized(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)  # keeps the signature, which _encode_literally reads
+        @functools.wraps(method)  # keeps the signature, which encode_literally reads
         def serialized(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 return method(*args, **kwargs)
@@ -110,7 +110,7 @@ def check_message_text(tokenizer: Tokenizer, text: str) -> None:
     and could close its own turn or open another role's. A raw prompt (``--raw``,
     ``/v1/completions``) still passes control tokens through on purpose."""
     parsed = tokenizer.encode(text, add_special_tokens=False)
-    literal = _encode_literally(tokenizer, text)
+    literal = encode_literally(tokenizer, text)
     if parsed != literal:
         extra = sorted(set(parsed) - set(literal))
         spelled = [t for t in extra if not tokenizer.decode([t], skip_special_tokens=True)] or extra
@@ -121,7 +121,7 @@ def check_message_text(tokenizer: Tokenizer, text: str) -> None:
         )
 
 
-def _encode_literally(tokenizer: Tokenizer, text: str) -> list[int]:
+def encode_literally(tokenizer: Tokenizer, text: str) -> list[int]:
     """``text``'s ids with control-token text taken as plain text (llama.cpp's and
     transformers' tokenizers spell the switch differently)."""
     if "parse_special" in inspect.signature(tokenizer.encode).parameters:

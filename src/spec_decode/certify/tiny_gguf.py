@@ -111,14 +111,22 @@ def llama_writer(
     writer.add_tokenizer_model("llama")
     writer.add_token_list(list(tokens))
     writer.add_token_scores(list(scores))
-    # unknown, control, control, then normal tokens, and byte tokens (<0x41>) as such
-    kinds = [6 if re.fullmatch(r"<0x[0-9A-F]{2}>", t) else 1 for t in tokens[_SPECIAL:]]
+    # unknown, control, control, then normal tokens, byte tokens (<0x41>) as such, and tokens
+    # spelled <|...|> as control tokens, as Qwen's <|im_start|> and <|fim_prefix|> are
+    kinds = [_kind(t) for t in tokens[_SPECIAL:]]
     writer.add_token_types([2, 3, 3, *kinds])
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
     return writer
+
+
+def _kind(token: str) -> int:
+    """A token's llama.cpp type: byte (6), control (3) or normal (1)."""
+    if re.fullmatch(r"<0x[0-9A-F]{2}>", token):
+        return 6
+    return 3 if re.fullmatch(r"<\|[^|]+\|>", token) else 1
 
 
 def close_writer(writer, path: Path) -> Path:

@@ -50,7 +50,6 @@ CHAT_NOT_YET = {
 COMPLETION_NOT_YET = {
     "echo": (None, False),
     "best_of": (None, 1),
-    "suffix": (None, ""),
 }
 
 

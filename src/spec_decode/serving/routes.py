@@ -1,6 +1,7 @@
 """The routes: ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions`` (behind the API
-key), ``/health`` and ``/metrics``; each request read, checked, prepared on the engine and
-answered whole or streamed as server-sent events."""
+key; a completion with a ``suffix`` fills in the middle), ``/health`` and ``/metrics``; each
+request read, checked, prepared on the engine and answered whole or streamed as server-sent
+events. (``/infill``, llama-server's: :mod:`~spec_decode.serving.infill`.)"""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
+from spec_decode.backends.fim import encode_fim, fim_tokens
 from spec_decode.core.errors import BadRequest
 from spec_decode.serving.completion import Completion, Piece
 from spec_decode.serving.logprobs import TokenLogprob
@@ -35,6 +37,12 @@ from spec_decode.serving.worker import Closed, Job, QueueFull
 
 #: The longest the engine waits, after a streamed step, for the event loop to send it.
 HANDOFF_S = 0.02
+#: The refusal of fill-in-the-middle on a model without FIM tokens, and its code.
+NO_FIM = (
+    "{field} asks for fill-in-the-middle, and this model has no FIM tokens (such as "
+    "<|fim_prefix|>, <|fim_suffix|> and <|fim_middle|>) in its vocabulary"
+)
+FIM_CODE = "fim_not_supported"
 
 service = APIRouter()
 v1 = APIRouter(prefix="/v1")
@@ -69,7 +77,25 @@ async def completions(request: Request, state: Authorized) -> Response:
     body = parse(CompletionRequest, await read_json(request, state.settings.max_body))
     check_model(state, body.model)
     text = body.prompt_text()
-    return await respond(request, state, body, list(body.prompt) if text is None else text)
+    prompt = list(body.prompt) if text is None else text
+    if body.suffix is not None:
+        prompt = await fill_in_the_middle(state, prompt, body.suffix)
+    return await respond(request, state, body, prompt)
+
+
+async def fill_in_the_middle(
+    state: Served, prompt: str | list[Any], suffix: str
+) -> str | list[Any]:
+    """The FIM prompt's token ids for the text before and after the gap (tokenized off the
+    event loop); an empty ``suffix`` on a model without FIM tokens leaves the prompt a plain
+    one, any other is a 400 naming ``suffix``."""
+    tokenizer = state.engine.tokenizer
+    tokens = await run_in_threadpool(fim_tokens, tokenizer)
+    if tokens is None and not suffix:
+        return prompt
+    if tokens is None:
+        raise APIError(400, NO_FIM.format(field="suffix"), param="suffix", code=FIM_CODE)
+    return await run_in_threadpool(encode_fim, tokenizer, tokens, prompt, suffix)
 
 
 def check_model(state: Served, name: str) -> None:

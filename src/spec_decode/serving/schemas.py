@@ -244,9 +244,13 @@ class ChatRequest(SamplingFields):
 
 
 class CompletionRequest(SamplingFields):
-    """``POST /v1/completions``: one prompt, as text or token ids."""
+    """``POST /v1/completions``: one prompt, as text or token ids (with a ``suffix``, the text
+    before a gap the model fills in)."""
 
     prompt: str | list[str] | list[int]
+    #: The text after the gap: the prompt and it become a fill-in-the-middle prompt in the
+    #: model's own FIM tokens (:mod:`spec_decode.backends.fim`).
+    suffix: str | None = None
     max_tokens: int | None = Field(default=16, ge=1)  # the OpenAI API's default here
     #: Each token's log-probability with this many alternatives (None: none).
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
@@ -271,7 +275,7 @@ class CompletionRequest(SamplingFields):
 def check_fields(body: dict[str, Any], model: type[SamplingFields]) -> dict[str, Any]:
     """``body`` with the fields that change nothing taken out, or an :class:`APIError` (400)
     naming the first field this server does not know or does not implement at its value."""
-    not_yet = CHAT_NOT_YET if model is ChatRequest else COMPLETION_NOT_YET
+    not_yet = {ChatRequest: CHAT_NOT_YET, CompletionRequest: COMPLETION_NOT_YET}.get(model, {})
     kept = {}
     for name, value in body.items():
         if name in model.model_fields:

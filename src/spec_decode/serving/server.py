@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP API over one engine: the application, its error handlers, and the
 routers of :mod:`~spec_decode.serving.routes` (``/v1/models``, ``/v1/chat/completions``,
-``/v1/completions``, streamed as server-sent events or not; ``/health`` and ``/metrics``), each
-route handed the :class:`~spec_decode.serving.state.Served` state through ``Depends``.
+``/v1/completions``, streamed as server-sent events or not; ``/health`` and ``/metrics``) and
+llama-server's ``/infill`` (:mod:`~spec_decode.serving.infill`), each route handed the
+:class:`~spec_decode.serving.state.Served` state through ``Depends``.
 
 Every request body is read here, not by the framework, so that each way a body can be wrong gets
 a 4xx with an OpenAI-style error (:class:`~spec_decode.serving.schemas.APIError`): over the size
@@ -33,6 +34,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from spec_decode.serving.infill import router as infill
 from spec_decode.serving.metrics import Metrics
 from spec_decode.serving.routes import service, v1
 from spec_decode.serving.schemas import APIError
@@ -47,6 +49,7 @@ def create_app(worker: Worker, settings: Settings) -> FastAPI:
     app.state.served = Served(worker, settings, metrics)
     app.include_router(service)
     app.include_router(v1)
+    app.include_router(infill)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, error: APIError) -> JSONResponse:

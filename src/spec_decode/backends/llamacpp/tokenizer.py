@@ -10,6 +10,9 @@ from spec_decode.backends.llamacpp.library import llama_cpp
 from spec_decode.backends.llamacpp.model import LlamaCppModel
 from spec_decode.backends.prompts import render_chat_template
 
+#: llama.cpp's names of the fill-in-the-middle tokens (``llama_vocab_fim_pre``, ...).
+FIM = ("pre", "suf", "mid", "pad", "rep", "sep")
+
 
 class LlamaCppTokenizer:
     """llama.cpp's own tokenizer for a loaded model, so text needs no transformers install."""
@@ -53,6 +56,14 @@ class LlamaCppTokenizer:
         """The text of ``ids`` (invalid UTF-8 from a cut multi-byte character is replaced)."""
         data = b"".join(self.piece(t, special=not skip_special_tokens) for t in ids)
         return data.decode("utf-8", "replace")
+
+    def fim_tokens(self) -> dict[str, int]:
+        """The fill-in-the-middle tokens llama.cpp found by their text when it loaded the
+        vocabulary (Qwen's ``<|fim_prefix|>``, CodeLlama's ``<PRE>``, ...; no metadata keys
+        needed), by its names: ``pre``, ``suf``, ``mid``, ``pad``, ``rep``, ``sep``; those the
+        model lacks are left out."""
+        found = {name: getattr(llama_cpp, f"llama_vocab_fim_{name}")(self._vocab) for name in FIM}
+        return {name: int(token) for name, token in found.items() if token >= 0}
 
     def token_texts(self) -> list[bytes]:
         """Every token's stored text, in id order."""
