@@ -35,7 +35,7 @@ from spec_decode.serving.completion import Piece  # noqa: E402
 from spec_decode.serving.config import EngineConfig  # noqa: E402
 from spec_decode.serving.engine import Engine  # noqa: E402
 from spec_decode.serving.infill import InfillRequest  # noqa: E402
-from spec_decode.serving.infill_reply import Limits, indent_end, pick  # noqa: E402
+from spec_decode.serving.infill_reply import Limits, covering, indent_end, pick  # noqa: E402
 from spec_decode.serving.schemas import parse  # noqa: E402
 from spec_decode.serving.server import create_app  # noqa: E402
 from spec_decode.serving.state import Settings  # noqa: E402
@@ -141,21 +141,21 @@ def events(response: httpx.Response) -> list[dict]:
     return [json.loads(line) for line in lines if line != "[DONE]"]
 
 
-def target_only(worker: Worker, ids: list[int], temperature: float, seed, **sampling) -> list:
-    """The tokens target-only decoding gives for ``ids``, run on the worker."""
+def target_only(worker: Worker, ids: list[int], temperature: float, seed, n=N, **sampling):
+    """The ``n`` tokens target-only decoding gives for ``ids``, run on the worker."""
     engine = worker.engine
     request = engine.prepare(
-        ids, max_tokens=N, sampling=SamplingParams(temperature, **sampling), seed=seed,
+        ids, max_tokens=n, sampling=SamplingParams(temperature, **sampling), seed=seed,
         target_only=True, raw=True,
     )  # fmt: skip
     return worker.submit(Job(request)).result().tokens
 
 
-def infill_ids(engine: Engine, body: dict) -> list[int]:
+def infill_ids(engine: Engine, body: dict, n: int = N) -> list[int]:
     extra = [(chunk["filename"], chunk["text"]) for chunk in body["input_extra"]]
     ids, cut = encode_infill(
         engine.tokenizer, fim_tokens(engine.tokenizer), body["input_prefix"],
-        body["input_suffix"], extra, body["prompt"], context=engine.context_window, max_tokens=N,
+        body["input_suffix"], extra, body["prompt"], context=engine.context_window, max_tokens=n,
     )  # fmt: skip
     assert not cut
     return ids
@@ -309,24 +309,57 @@ def test_a_model_without_fim_tokens_is_refused(plain):
     assert same[0]["choices"][0]["text"] == same[1]["choices"][0]["text"]  # plain, as before
 
 
+def chars(ids, skip_special_tokens=True) -> str:
+    """A decoder whose tokens are characters."""
+    return "".join(map(chr, ids))
+
+
+def piece(text: str) -> Piece:
+    return Piece([ord(c) for c in text], text)
+
+
 def test_n_indent_ends_at_a_line_indented_less():
     assert indent_end("x\n    y\n  z", 4) == 10  # after the 2 spaces of the third line
     assert indent_end("x\n    y\n    z", 4) is None
     assert indent_end("x\n  ", 4) is None  # nothing after the indentation yet
     assert indent_end("x\n\n    y", 4) == 2  # a blank line ends it too
     assert indent_end("  x", 4) is None  # the first line is the cursor's own
-    limits = Limits(4, 0, threading.Event())
-    pieces = [limits.take(Piece([1], text)).text for text in ("ab\n    c", "d\n  e", "fg")]
-    assert pieces == ["ab\n    c", "d\n  ", ""] and limits.text == "ab\n    cd\n  "
+    limits = Limits(4, 0, threading.Event(), chars)
+    out = [limits.take(piece(text)) for text in ("ab\n    c", "d\n  e", "fg")]
+    assert [p.text for p in out] == ["ab\n    c", "d\n  ", ""] and limits.text == "ab\n    cd\n  "
+    # the tokens up to the one that wrote the "e" that ended it, as llama-server counts them
+    assert chars(out[1].tokens) == "d\n  e" and out[2].tokens == [] and limits.kept == 13
     assert limits.cut and limits.cancel.is_set()
 
 
 def test_t_max_predict_ms_ends_at_the_next_line_break():
-    limits = Limits(0, 1, threading.Event())
-    assert limits.take(Piece([1], "a\nb")).text == "a\nb"  # the first step starts the clock
+    limits = Limits(0, 1, threading.Event(), chars)
+    assert limits.take(piece("a\nb")).text == "a\nb"  # the first step starts the clock
     time.sleep(0.01)
-    assert limits.take(Piece([2], "c")).text == "c"  # time is up: the next line break ends it
-    assert limits.take(Piece([3], "d\ne\nf")).text == "d\n" and limits.cancel.is_set()
+    assert limits.take(piece("c")).text == "c"  # time is up: the next line break ends it
+    last = limits.take(piece("d\ne\nf"))
+    assert (last.text, chars(last.tokens)) == ("d\n", "d\n") and limits.cancel.is_set()
+
+
+def test_an_answer_cut_by_n_indent_is_the_target_only_answer_cut(servers):
+    """A block the drafter copied may run past the cut; the answer ends where target-only
+    decoding's text is cut, and holds the tokens up to the one that ended it."""
+    worker, app = servers["lookup"]
+    tokenizer = worker.engine.tokenizer
+    body = LLAMA_VSCODE | {"n_predict": LIMIT, "temperature": 1.0, "top_k": None, "top_p": 1.0}
+    ids = infill_ids(worker.engine, body, LIMIT)
+    for seed in range(40):  # the first seed whose answer has a line after a line break
+        expected = target_only(worker, ids, 1.0, seed, n=LIMIT)
+        text = tokenizer.decode(expected)
+        if (end := indent_end(text, 1)) is not None:
+            break
+    else:
+        pytest.fail("no seed writes a second line")
+    answer = post(app, "/infill", body | {"seed": seed, "n_indent": 1, "return_tokens": True})
+    answer = answer.json()
+    assert answer["content"] == text[:end] and answer["stop_type"] == "limit"
+    assert answer["tokens"] == expected[: covering(tokenizer.decode, expected, end)]
+    assert answer["tokens_predicted"] == len(answer["tokens"]) < LIMIT
 
 
 def test_response_fields_keep_what_they_name():

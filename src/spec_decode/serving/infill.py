@@ -127,7 +127,7 @@ async def infill(request: Request, state: Authorized) -> Response:
     if body.n_predict == 0:  # llama-server reads the prompt and writes nothing
         return answer(body.stream, reply.nothing())
     job = Job(await prepare(state, body, ids, None))
-    limits = Limits(body.n_indent, body.t_max_predict_ms, job.cancel)
+    limits = Limits(body.n_indent, body.t_max_predict_ms, job.cancel, state.engine.tokenizer.decode)
     path = request.url.path
     if body.stream:
         handoff = Handoff(asyncio.get_running_loop())

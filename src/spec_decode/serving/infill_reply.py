@@ -19,11 +19,13 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from spec_decode.serving.completion import Completion, Piece
 from spec_decode.serving.replies import timings, usage
+from spec_decode.serving.text import REPLACEMENT
 from spec_decode.serving.worker import Job
 
 _INDENT = re.compile(r"[ \t]*")
@@ -34,33 +36,62 @@ class Limits:
     released: the text ends after the indentation of the first line (past the first) that is
     indented by fewer than ``n_indent`` spaces or tabs and has anything after that (a blank line
     too), and, once ``max_ms`` milliseconds have passed since the first step, after its next
-    line break. :meth:`take` filters each step's piece (what of its text goes out); once the
-    text ended, ``cancel`` is set, so that no further step runs."""
+    line break. :meth:`take` filters each step's piece (what of its text and tokens goes out);
+    once the text ended, ``cancel`` is set, so that no further step runs, and :attr:`kept` is
+    how many tokens the answer holds: up to the one that wrote the character that ended it, as
+    llama-server counts them (a step may have emitted more: a drafted block accepted whole).
+    ``decode`` writes token ids as text."""
 
-    def __init__(self, n_indent: int, max_ms: int, cancel: threading.Event) -> None:
-        self.n_indent, self.max_s, self.cancel = n_indent, max_ms / 1e3, cancel
+    def __init__(
+        self, n_indent: int, max_ms: int, cancel: threading.Event, decode: Callable[..., str]
+    ) -> None:
+        self.n_indent, self.max_s, self.cancel, self.decode = n_indent, max_ms / 1e3, cancel, decode
         self.text = ""
-        self.cut = False
+        self.tokens: list[int] = []
+        self.kept: int | None = None
         self._start: float | None = None
 
+    @property
+    def cut(self) -> bool:
+        return self.kept is not None
+
     def take(self, piece: Piece) -> Piece:
-        """The piece with the text that goes out (none once the text ended)."""
-        if self.cut:
-            return Piece(piece.tokens, "", piece.logprobs)
+        """The piece with the text and tokens that go out (none once the text ended)."""
+        if self.kept is not None:
+            return Piece([], "", None)
         if self._start is None:
             self._start = time.perf_counter()
-        old = len(self.text)
+        old, before = len(self.text), len(self.tokens)
         text = self.text + piece.text
-        ends = [indent_end(text, self.n_indent, old)] if self.n_indent else []
-        if self.max_s and time.perf_counter() - self._start > self.max_s:
-            newline = text.find("\n", old)
-            ends.append(newline + 1 if newline >= 0 else None)
-        found = [end for end in ends if end is not None]
-        if found:
-            text, self.cut = text[: min(found)], True
-            self.cancel.set()
-        self.text = text
-        return Piece(piece.tokens, text[old:], piece.logprobs)
+        self.tokens += piece.tokens
+        ends = []  # (the character that ends the text, where the text ends)
+        if self.n_indent and (end := indent_end(text, self.n_indent, old)) is not None:
+            ends.append((end, end))
+        late = self.max_s and time.perf_counter() - self._start > self.max_s
+        if late and (newline := text.find("\n", old)) >= 0:
+            ends.append((newline, newline + 1))
+        if not ends:
+            self.text = text
+            return piece
+        last, end = min(ends)
+        self.kept = max(covering(self.decode, self.tokens, last), before)
+        self.text = text[:end]
+        self.cancel.set()
+        return Piece(self.tokens[before : self.kept], self.text[old:], None)
+
+
+def covering(decode: Callable[..., str], tokens: list[int], position: int) -> int:
+    """The fewest of ``tokens`` whose text reaches past ``position`` (all when none do), by
+    bisection on the length of their text (a cut multi-byte character not counted)."""
+    low, high = 0, len(tokens)
+    while low < high:
+        middle = (low + high) // 2
+        written = decode(tokens[: middle + 1], skip_special_tokens=True).rstrip(REPLACEMENT)
+        if len(written) > position:
+            high = middle
+        else:
+            low = middle + 1
+    return min(low + 1, len(tokens))
 
 
 def indent_end(text: str, n_indent: int, start: int = 0) -> int | None:
@@ -100,6 +131,7 @@ class InfillReply:
     ) -> dict[str, Any]:
         """The answer (streamed: the last event, its content sent already)."""
         text = limits.text if limits.cut else completion.text
+        tokens = completion.tokens[: limits.kept]  # all when not cut
         kind = "limit"
         if completion.finish_reason == "stop" and not limits.cut:
             ended = completion.tokens and completion.tokens[-1] in self.stop_ids
@@ -107,12 +139,10 @@ class InfillReply:
         first_s = completion.first_step_seconds
         speeds = _timings(
             completion.prompt_tokens - completion.cached_tokens, first_s,
-            len(completion.tokens), completion.seconds - first_s,
+            len(tokens), completion.seconds - first_s,
         )  # fmt: skip
         extra = {"usage": usage(completion), "engine_timings": timings(completion, job)}
-        return self._answer(
-            "" if streamed else text, completion.tokens, kind, "\n" in text, speeds, extra
-        )
+        return self._answer("" if streamed else text, tokens, kind, "\n" in text, speeds, extra)
 
     def nothing(self) -> dict[str, Any]:
         """The answer to ``n_predict`` 0: the prompt read, nothing written."""
