@@ -2,16 +2,15 @@
 control tokens, found by their text): ``/infill`` as llama.vim and llama.vscode call it and
 ``/v1/completions`` with a ``suffix`` as Continue calls it, whole and streamed, give the tokens
 target-only decoding gives for the same FIM prompt, greedy and seeded; the prompt follows
-llama-server's layout and budget; ``n_indent``, ``t_max_predict_ms``, ``response_fields`` and
-``n_predict: 0`` behave as llama-server's; and a model without FIM tokens (the tiny pair) is
-refused with a 400 naming the field."""
+llama-server's layout and budget; an answer cut by ``n_indent`` is target-only decoding's cut;
+``response_fields`` and ``n_predict: 0`` behave as llama-server's; and a model without FIM tokens
+(the tiny pair) is refused with a 400 naming the field. (:mod:`test_infill_reply`: the parts
+that need no model.)"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 
 import pytest
 
@@ -31,12 +30,9 @@ from spec_decode.backends.fim import (  # noqa: E402
 from spec_decode.backends.prompts import encode_literally  # noqa: E402
 from spec_decode.certify.tiny_gguf import perturbed, tiny_weights, write_gguf  # noqa: E402
 from spec_decode.core.sampling import SamplingParams  # noqa: E402
-from spec_decode.serving.completion import Piece  # noqa: E402
 from spec_decode.serving.config import EngineConfig  # noqa: E402
 from spec_decode.serving.engine import Engine  # noqa: E402
-from spec_decode.serving.infill import InfillRequest  # noqa: E402
-from spec_decode.serving.infill_reply import Limits, covering, indent_end, pick  # noqa: E402
-from spec_decode.serving.schemas import parse  # noqa: E402
+from spec_decode.serving.infill_reply import covering, indent_end  # noqa: E402
 from spec_decode.serving.server import create_app  # noqa: E402
 from spec_decode.serving.state import Settings  # noqa: E402
 from spec_decode.serving.worker import Job, Worker  # noqa: E402
@@ -292,12 +288,6 @@ def test_the_fields_the_editors_do_not_send_are_refused(servers):
     assert post(app, "/infill", LLAMA_VSCODE | {"model": "gpt-9"}).status_code == 404
 
 
-def test_llama_servers_seed_of_minus_1_draws_a_fresh_one():
-    body = parse(InfillRequest, LLAMA_VSCODE | {"seed": -1, "return_token_ids": True})
-    assert body.seed is None and body.wants_tokens()
-    assert parse(InfillRequest, LLAMA_VSCODE | {"seed": 3}).seed == 3
-
-
 def test_a_model_without_fim_tokens_is_refused(plain):
     error = post(plain, "/infill", LLAMA_VSCODE).json()["error"]
     assert (error["param"], error["code"]) == ("input_suffix", "fim_not_supported")
@@ -307,38 +297,6 @@ def test_a_model_without_fim_tokens_is_refused(plain):
     assert "no FIM tokens" in error["message"]
     same = [post(plain, "/v1/completions", text | extra).json() for extra in ({}, {"suffix": ""})]
     assert same[0]["choices"][0]["text"] == same[1]["choices"][0]["text"]  # plain, as before
-
-
-def chars(ids, skip_special_tokens=True) -> str:
-    """A decoder whose tokens are characters."""
-    return "".join(map(chr, ids))
-
-
-def piece(text: str) -> Piece:
-    return Piece([ord(c) for c in text], text)
-
-
-def test_n_indent_ends_at_a_line_indented_less():
-    assert indent_end("x\n    y\n  z", 4) == 10  # after the 2 spaces of the third line
-    assert indent_end("x\n    y\n    z", 4) is None
-    assert indent_end("x\n  ", 4) is None  # nothing after the indentation yet
-    assert indent_end("x\n\n    y", 4) == 2  # a blank line ends it too
-    assert indent_end("  x", 4) is None  # the first line is the cursor's own
-    limits = Limits(4, 0, threading.Event(), chars)
-    out = [limits.take(piece(text)) for text in ("ab\n    c", "d\n  e", "fg")]
-    assert [p.text for p in out] == ["ab\n    c", "d\n  ", ""] and limits.text == "ab\n    cd\n  "
-    # the tokens up to the one that wrote the "e" that ended it, as llama-server counts them
-    assert chars(out[1].tokens) == "d\n  e" and out[2].tokens == [] and limits.kept == 13
-    assert limits.cut and limits.cancel.is_set()
-
-
-def test_t_max_predict_ms_ends_at_the_next_line_break():
-    limits = Limits(0, 1, threading.Event(), chars)
-    assert limits.take(piece("a\nb")).text == "a\nb"  # the first step starts the clock
-    time.sleep(0.01)
-    assert limits.take(piece("c")).text == "c"  # time is up: the next line break ends it
-    last = limits.take(piece("d\ne\nf"))
-    assert (last.text, chars(last.tokens)) == ("d\n", "d\n") and limits.cancel.is_set()
 
 
 def test_an_answer_cut_by_n_indent_is_the_target_only_answer_cut(servers):
@@ -360,11 +318,3 @@ def test_an_answer_cut_by_n_indent_is_the_target_only_answer_cut(servers):
     assert answer["content"] == text[:end] and answer["stop_type"] == "limit"
     assert answer["tokens"] == expected[: covering(tokenizer.decode, expected, end)]
     assert answer["tokens_predicted"] == len(answer["tokens"]) < LIMIT
-
-
-def test_response_fields_keep_what_they_name():
-    answer = {"content": "x", "timings": {"prompt_n": 3}, "stop": True}
-    assert pick(["content", "timings/prompt_n", "timings/nothing"], answer) == {
-        "content": "x", "timings/prompt_n": 3
-    }  # fmt: skip
-    assert pick([], answer) == answer
