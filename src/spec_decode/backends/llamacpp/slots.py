@@ -113,7 +113,7 @@ class Batcher:
             batch += chunk
         try:
             logits = self.context.decode(batch)
-        except RuntimeError as error:
+        except Exception as error:  # every waiting slot hears it; the stepper goes on
             for post, _, _ in parts:
                 post.error = error
                 self._finish(post)
