@@ -72,7 +72,7 @@ def test_generate_rejects_bad_inputs(tiny_pair, tmp_path, tiny_qwen2_folder):
     other = tiny_qwen2_folder(tmp_path / "other", seed=2, vocab=11)
     cases = {
         "vocabularies differ": ["--draft", str(other)],
-        "neither a packaged model": ["--draft", str(tmp_path / "missing")],
+        "nor a packaged model": ["--draft", str(tmp_path / "missing")],
         "context window": ["--max-new-tokens", "100"],
         "prompt is empty": ["--prompt", "", "--raw"],
     }
