@@ -1,0 +1,196 @@
+"""Exact rows by weight type: the packaged target requantized to each type, checked three ways.
+
+For each type llama-quantize accepts (``--allow-requantize``, 2 threads), on the build spec-decode
+loads (the exact-rows build once built):
+
+* rows: ``python -m spec_decode.backends.llamacpp.exact_rows FILE --blocks 1,2,3,4,8,16,32,64``,
+  which rows of a block differ bitwise from one-token rows;
+* promise: ``spec-decode build-kernels --status --model FILE --json`` timed twice with
+  ``/usr/bin/time -f %e`` (the first run checks the model, the second reads the cached result),
+  against a fresh cache root whose ``kernels`` and ``models`` link to the user's;
+* identity: ``spec-decode generate --target FILE --draft lookup --compare --json`` on two held-out
+  prompts, greedy and at temperature 0.7 with three seeds: ``identical_tokens``, the speedup and,
+  where the tokens differ, the first position that differs.
+
+    python bench/kernels/exact_rows_by_type.py --quantize /tmp/lq/.../bin/llama-quantize \\
+        --target ~/.cache/spec-decode/models/gguf/qwen2.5-coder-1.5b.gguf \\
+        --models /tmp/lq/models --out bench/results/exact_rows_by_type.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16"
+BLOCKS = "1,2,3,4,8,16,32,64"
+SEEDS = (1, 2, 3)
+#: Written for this benchmark, in no file of the repository: an edit whose answer repeats the
+#: prompt's code, and a short completion.
+PROMPTS = {
+    "edit": (
+        "Rename the variable `total` to `running_sum` in this function and return the whole "
+        "function:\n\n```python\ndef mean_of_positive(values):\n    total = 0\n    count = 0\n"
+        "    for v in values:\n        if v > 0:\n            total += v\n            count += 1\n"
+        "    if count == 0:\n        return 0.0\n    return total / count\n```"
+    ),
+    "completion": (
+        "Complete this Python function:\n\ndef is_palindrome_number(n: int) -> bool:\n"
+        '    """Return True if the decimal digits of n read the same backwards."""\n'
+    ),
+}
+SPEC_DECODE = str(Path(sys.executable).with_name("spec-decode"))
+
+
+def run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+
+def stdout_json(done: subprocess.CompletedProcess) -> dict:
+    """The JSON object a command printed (from its first brace), or its failure."""
+    start = done.stdout.find("{")
+    if done.returncode or start < 0:
+        raise RuntimeError(f"rc {done.returncode}: {done.stderr.strip()[-600:]}")
+    return json.loads(done.stdout[start:])
+
+
+def quantize(binary: Path, target: Path, kind: str, folder: Path) -> dict:
+    """The requantized file (kept if already there), or why llama-quantize refused."""
+    out = folder / f"target-{kind}.gguf"
+    if out.exists():
+        return {"file": str(out), "quantize_seconds": None}
+    env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
+    started = time.perf_counter()
+    done = run([str(binary), "--allow-requantize", str(target), str(out), kind, "2"], env)
+    if done.returncode:
+        out.unlink(missing_ok=True)
+        return {"refused": (done.stdout + done.stderr).strip().splitlines()[-3:]}
+    return {"file": str(out), "quantize_seconds": round(time.perf_counter() - started, 1)}
+
+
+def rows(model: str) -> dict:
+    """Per block size: the rows that differ from one-token rows and the largest difference."""
+    module = "spec_decode.backends.llamacpp.exact_rows"
+    data = stdout_json(run([sys.executable, "-m", module, model, "--blocks", BLOCKS]))
+    return {
+        "exact_rows_build": data["exact_rows_build"],
+        "differing_rows": {b: r["rows"] for b, r in data["blocks"].items()},
+        "max_abs_diff": {b: r["max_abs_diff"] for b, r in data["blocks"].items()},
+    }
+
+
+def scratch_cache() -> Path:
+    """A fresh cache root sharing the user's built kernels and assembled models, so the first
+    ``--status --model`` run checks the model and the second reads what the first cached."""
+    from spec_decode.backends.cache import cache_root
+
+    root = Path(tempfile.mkdtemp(prefix="exact-rows-by-type-"))
+    for name in ("kernels", "models"):
+        (root / name).symlink_to(cache_root() / name)
+    return root
+
+
+def promise(model: str, env: dict[str, str]) -> dict:
+    """The backend's promise for ``model`` and the seconds it took: checked, then cached."""
+    seconds, loads, payload = [], [], {}
+    for _ in range(2):
+        loads.append(os.getloadavg()[0])
+        command = ["/usr/bin/time", "-f", "%e", SPEC_DECODE, "build-kernels", "--status"]
+        done = run([*command, "--model", model, "--json"], env)
+        seconds.append(float(done.stderr.strip().splitlines()[-1]))
+        payload = stdout_json(done)
+    return {
+        "promise": payload["model_exact_rows"],
+        "check_seconds": {"first": seconds[0], "cached": seconds[1]},
+        "load_average_1min": loads,
+    }
+
+
+def generate(model: str, prompt: str, seed: int | None, tokens: int, env: dict[str, str]) -> dict:
+    """One ``generate --draft lookup --compare`` run, greedy (``seed`` None) or seeded at 0.7."""
+    command = [SPEC_DECODE, "generate", "--target", model, "--draft", "lookup", "--compare"]
+    command += ["--json", "--max-new-tokens", str(tokens), "--prompt", prompt]
+    if seed is not None:
+        command += ["--temperature", "0.7", "--seed", str(seed)]
+    load = os.getloadavg()[0]
+    data = stdout_json(run(command, env))
+    ids = [data["runs"][label]["token_ids"] for label in ("speculative", "target-only")]
+    first = next((i for i, (a, b) in enumerate(zip(*ids, strict=False)) if a != b), None)
+    if first is None and len(ids[0]) != len(ids[1]):
+        first = min(map(len, ids))
+    return {
+        "identical_tokens": data["identical_tokens"],
+        "first_difference": first,
+        "tokens": [len(i) for i in ids],
+        "speedup": round(data["speedup"], 3),
+        "exact_block_size": (data.get("exact_rows") or {}).get("size"),
+        "load_average_1min": load,
+    }
+
+
+def identity(model: str, tokens: int, env: dict[str, str]) -> dict:
+    """Greedy and seeded identity with target-only decoding, per prompt (the first run
+    calibrates the model's costs into the scratch cache, as a user's first run does)."""
+    runs = {"greedy": None, **{f"seed {seed}": seed for seed in SEEDS}}
+    return {
+        name: {key: generate(model, prompt, seed, tokens, env) for key, seed in runs.items()}
+        for name, prompt in PROMPTS.items()
+    }
+
+
+def measure(model: str, parts: set[str], tokens: int) -> dict:
+    """The parts asked for (rows, promise, identity), in a scratch cache of their own; a part
+    that fails is reported under ``error`` and the next type is measured."""
+    from spec_decode.backends.llamacpp.gguf_header import weight_types
+
+    entry: dict = {"file_bytes": os.path.getsize(model), "weight_types": weight_types(model)}
+    cache = scratch_cache()
+    env = {**os.environ, "SPEC_DECODE_CACHE": str(cache)}
+    try:
+        if "rows" in parts:
+            entry.update(rows(model))
+        if "promise" in parts:
+            entry.update(promise(model, env))
+        if "identity" in parts:
+            entry["identity"] = identity(model, tokens, env)
+    except (RuntimeError, ValueError, KeyError) as error:
+        entry["error"] = f"{type(error).__name__}: {error}"
+    finally:
+        shutil.rmtree(cache)
+    return entry
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quantize", type=Path, required=True, help="llama-quantize binary")
+    parser.add_argument("--target", type=Path, required=True, help="the GGUF to requantize")
+    parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    parser.add_argument("--models", type=Path, default=Path("/tmp/lq/models"))
+    parser.add_argument("--types", default=TYPES, help=f"comma-separated (default {TYPES})")
+    parser.add_argument("--parts", default="rows,promise,identity", help="which to (re)measure")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    args = parser.parse_args()
+    args.models.mkdir(parents=True, exist_ok=True)
+    results: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
+    results.setdefault("types", {})
+    results["prompts"], results["blocks"] = PROMPTS, BLOCKS
+    parts = set(args.parts.split(","))
+    for kind in [t for t in args.types.split(",") if t]:
+        entry = quantize(args.quantize, args.target.expanduser(), kind, args.models)
+        if "file" in entry:
+            print(f"{kind}: measuring {entry['file']}", file=sys.stderr, flush=True)
+            entry.update(measure(entry["file"], parts, args.max_new_tokens))
+        results["types"][kind] = {**results["types"].get(kind, {}), **entry}
+        args.out.write_text(json.dumps(results, indent=1) + "\n")  # after each type
+    print(json.dumps({k: v.get("promise", v) for k, v in results["types"].items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
