@@ -40,7 +40,7 @@ from spec_decode.backends.llamacpp.library import load, own_library_folder
 #: each checked on the packaged target requantized to it (blocks of 1-4, 8, 16, 32 and 64:
 #: ``bench/kernels/exact_rows_by_type.py``, ``bench/results/exact_rows_by_type.json``). Q4_K and
 #: Q6_K by the patch; Q4_1 and Q5_0 take one vec_dot at every row count.
-COVERED_TYPES = frozenset({"F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"})
+COVERED_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"})
 #: The claim for a model with a weight type outside :data:`COVERED_TYPES`: below 8 rows every
 #: type takes its one-row kernel, so short blocks may hold; the check says how many do.
 UNCOVERED_BLOCK = 4
