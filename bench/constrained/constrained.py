@@ -17,7 +17,6 @@ Writes bench/results/constrained.json and .md.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -38,6 +37,7 @@ from spec_decode.core.processors import ProcessedModel
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 from spec_decode.serving.tool_calls import split_tool_calls
 
 TOOLS = [
@@ -101,13 +101,15 @@ def valid(kind: str, text: str) -> bool:
 
 def run(engine: Engine, case: dict[str, Any], sampling: SamplingParams, max_tokens: int) -> dict:
     request = engine.prepare(
-        case["messages"], max_tokens=max_tokens, tools=case["tools"], sampling=sampling,
-        seed=3, grammar=grammar_of(case["kind"]),
-    )  # fmt: skip
+        case["messages"],
+        RequestOptions(sampling=sampling, seed=3, grammar=grammar_of(case["kind"])),
+        max_tokens=max_tokens,
+        tools=case["tools"],
+    )
     records: dict[str, Any] = {"prompt": list(request.prompt)}
     for label, target_only in (("speculative", False), ("target-only", True)):
         engine.forget()
-        completion = engine.generate(dataclasses.replace(request, target_only=target_only))
+        completion = engine.generate(request.target_only() if target_only else request)
         records[label] = {
             "tokens": len(completion.tokens),
             "seconds": completion.seconds,

@@ -40,6 +40,7 @@ from spec_decode.constraints.formats import output_grammar
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 from spec_decode.serving.tool_calls import split_tool_calls
 
 PATH = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
@@ -111,9 +112,11 @@ def run(engine: Engine, request: dict[str, Any], max_tokens: int) -> dict[str, A
         grammar = output_grammar(answer=ANSWER)
     tools = [{"type": "function", "function": tool} for tool in TOOLS] if calls else None
     prepared = engine.prepare(
-        [{"role": "user", "content": request["text"]}], max_tokens=max_tokens, tools=tools,
-        sampling=SamplingParams(0.0), grammar=grammar,
-    )  # fmt: skip
+        [{"role": "user", "content": request["text"]}],
+        RequestOptions(sampling=SamplingParams(0.0), grammar=grammar),
+        max_tokens=max_tokens,
+        tools=tools,
+    )
     completion = engine.generate(prepared)
     parsed, valid = (checked_calls if calls else checked_answer)(completion.text)
     return {
@@ -139,9 +142,11 @@ def auto_calls(engine: Engine, request: dict[str, Any], max_tokens: int) -> int:
     the calls the server parses out of the model's text)."""
     tools = [{"type": "function", "function": tool} for tool in TOOLS]
     prepared = engine.prepare(
-        [{"role": "user", "content": request["text"]}], max_tokens=max_tokens, tools=tools,
-        sampling=SamplingParams(0.0),
-    )  # fmt: skip
+        [{"role": "user", "content": request["text"]}],
+        RequestOptions(sampling=SamplingParams(0.0)),
+        max_tokens=max_tokens,
+        tools=tools,
+    )
     return complete_calls(engine.generate(prepared).text)[1]
 
 

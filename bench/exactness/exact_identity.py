@@ -31,6 +31,7 @@ from spec_decode.backends.llamacpp.kernels import kernels_status
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 
 GREEDY, SAMPLED = SamplingParams(temperature=0), SamplingParams(temperature=0.7)
 SEED = 3
@@ -72,7 +73,9 @@ def main() -> None:
             engine.forget()
             seed = SEED if sampling.temperature > 0 else None
             request = engine.prepare(
-                ids, max_tokens=args.tokens, sampling=sampling, seed=seed, target_only=target_only
+                ids,
+                RequestOptions(sampling=sampling, seed=seed, target_only=target_only),
+                max_tokens=args.tokens,
             )
             done = engine.generate(request)
             runs[name] = {

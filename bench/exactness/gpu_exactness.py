@@ -86,6 +86,7 @@ def main() -> None:
     from spec_decode.core.sampling import SamplingParams
     from spec_decode.serving.config import EngineConfig
     from spec_decode.serving.engine import Engine
+    from spec_decode.serving.request import RequestOptions
 
     folder = Path(tempfile.mkdtemp(prefix="gpu-exactness-"))
     target, draft = save_pair(folder, args.vocab, args.layers, args.hidden, args.noise)
@@ -101,13 +102,9 @@ def main() -> None:
         start = time.perf_counter()
         for seed in range(args.seeds):
             prompt = [2 + (seed * 7 + 3 * i) % (args.vocab - 2) for i in range(WORDS_PER_PROMPT)]
-            answers = []
-            for target_only in (False, True):
-                request = engine.prepare(
-                    prompt, max_tokens=args.tokens, seed=seed, rule=rule,
-                    sampling=SamplingParams(temperature), target_only=target_only,
-                )  # fmt: skip
-                answers.append(engine.generate(request))
+            options = RequestOptions(SamplingParams(temperature), seed, rule=rule)
+            request = engine.prepare(prompt, options, max_tokens=args.tokens)
+            answers = [engine.generate(run) for run in (request, request.target_only())]
             speculative, reference = answers
             same += speculative.tokens == reference.tokens
             drafted += speculative.trace.proposed

@@ -18,6 +18,7 @@ from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.speculative import generate_speculative
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 
 
 def run_ours(
@@ -71,7 +72,7 @@ def run_auto(
         k=k_max,
     )
     request = engine.prepare(
-        ids, max_tokens=tokens, sampling=SamplingParams(temperature), seed=seed
+        ids, RequestOptions(sampling=SamplingParams(temperature), seed=seed), max_tokens=tokens
     )
     completion = engine.generate(request)
     return trace_record(completion.trace, completion.seconds)

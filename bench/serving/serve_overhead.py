@@ -40,6 +40,7 @@ from bench.lib.results import write_results
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
@@ -50,7 +51,7 @@ GREEDY = SamplingParams(temperature=0)
 
 
 def in_process(engine: Engine, prompt: str, tokens: int) -> dict[str, float]:
-    request = engine.prepare(prompt, max_tokens=tokens, sampling=GREEDY)
+    request = engine.prepare(prompt, RequestOptions(sampling=GREEDY), max_tokens=tokens)
     stamps: list[float] = []
     start = time.perf_counter()
     done = engine.generate(request, on_step=lambda _: stamps.append(time.perf_counter()))

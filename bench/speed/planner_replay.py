@@ -31,6 +31,7 @@ from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import recurring_suffix
 from spec_decode.drafting.replay import hindsight_cost, oracle_cost, passes_cost, replay_greedy
 from spec_decode.drafting.suffix import SuffixHistory
+from spec_decode.serving.request import RequestOptions
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -50,7 +51,7 @@ def collect(args: argparse.Namespace) -> None:
         for number, text in enumerate(session.turns):
             messages.append({"role": "user", "content": text})
             request = engine.prepare(
-                messages, max_tokens=args.tokens, sampling=greedy, target_only=True
+                messages, RequestOptions(sampling=greedy, target_only=True), max_tokens=args.tokens
             )
             ids = list(request.prompt)
             done = engine.generate(request)
@@ -67,7 +68,10 @@ def collect(args: argparse.Namespace) -> None:
             print(session.category, session.source_id, number, len(ids), len(done.tokens))
     for prompt in humaneval(args.humaneval, args.seed):
         request = engine.prepare(
-            prompt.text, max_tokens=args.tokens, raw=True, sampling=greedy, target_only=True
+            prompt.text,
+            RequestOptions(sampling=greedy, target_only=True),
+            max_tokens=args.tokens,
+            raw=True,
         )
         ids = list(request.prompt)
         done = engine.generate(request)

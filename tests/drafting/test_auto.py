@@ -22,9 +22,9 @@ from spec_decode.drafting.auto import (
     LONG_MATCH,
     AutoPlanner,
     auto_planner,
-    copy_survival,
     draft_model_can_pay,
 )
+from spec_decode.drafting.copy_survival import copy_survival
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import ModelDrafter
 from spec_decode.drafting.lookup import PromptLookupDrafter

@@ -25,6 +25,7 @@ import spec_decode.backends.prompts as prompts
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 from spec_decode.serving.worker import Job, Worker
 
 CLIENTS = 8
@@ -81,7 +82,9 @@ def client(worker: Worker, prompt: str, start: threading.Barrier) -> list[list[i
     start.wait()
     answers = []
     for _ in range(REQUESTS_EACH):
-        request = worker.engine.prepare(prompt, max_tokens=24, raw=True, sampling=GREEDY)
+        request = worker.engine.prepare(
+            prompt, RequestOptions(sampling=GREEDY), max_tokens=24, raw=True
+        )
         answers.append(worker.submit(Job(request)).result(120).tokens)
     return answers
 
@@ -103,7 +106,9 @@ def test_eight_concurrent_clients_get_their_answers_without_a_tokenizer_error(fo
     try:
         alone = {}
         for prompt in PROMPTS:
-            request = worker.engine.prepare(prompt, max_tokens=24, raw=True, sampling=GREEDY)
+            request = worker.engine.prepare(
+                prompt, RequestOptions(sampling=GREEDY), max_tokens=24, raw=True
+            )
             alone[prompt] = worker.submit(Job(request)).result(120).tokens
         answers = run_clients(worker)
     finally:

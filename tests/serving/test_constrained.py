@@ -6,7 +6,6 @@ token-identical to target-only decoding (greedy, and sampled under the coupled r
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 
 import pytest
@@ -20,6 +19,7 @@ from spec_decode.core.processors import LogitBias, Penalties  # noqa: E402
 from spec_decode.core.sampling import SamplingParams  # noqa: E402
 from spec_decode.serving.config import EngineConfig  # noqa: E402
 from spec_decode.serving.engine import Engine  # noqa: E402
+from spec_decode.serving.request import RequestOptions  # noqa: E402
 from spec_decode.serving.server import create_app  # noqa: E402
 from spec_decode.serving.state import Settings  # noqa: E402
 from spec_decode.serving.worker import Worker  # noqa: E402
@@ -60,8 +60,8 @@ def quiet(no_whitespace):
 
 def both(engine, **options):
     """The speculative and the target-only completion of one prepared request."""
-    request = engine.prepare(USER, max_tokens=60, seed=5, **options)
-    return engine.generate(request), engine.generate(dataclasses.replace(request, target_only=True))
+    request = engine.prepare(USER, RequestOptions(seed=5, **options), max_tokens=60)
+    return engine.generate(request), engine.generate(request.target_only())
 
 
 def valid_pick(value) -> bool:

@@ -15,12 +15,15 @@ from spec_decode.core.generate import generate_autoregressive
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 from spec_decode.serving.text import IncrementalText
 
 
-def run(engine: Engine, prompt, max_tokens: int, *, on_step=None, cancel=None, **controls):
-    """``engine`` generating for ``prompt`` with these controls (the request prepared first)."""
-    request = engine.prepare(prompt, max_tokens=max_tokens, **controls)
+def run(
+    engine: Engine, prompt, max_tokens: int, *, on_step=None, cancel=None, raw=False, **options
+):
+    """``engine`` generating for ``prompt`` with these options (the request prepared first)."""
+    request = engine.prepare(prompt, RequestOptions(**options), max_tokens=max_tokens, raw=raw)
     return engine.generate(request, on_step=on_step, cancel=cancel)
 
 
@@ -158,7 +161,12 @@ def test_bad_requests_are_typed_value_errors_naming_the_field(engine):
         (lambda: run(engine, [4, 10_000], 5), BadPrompt, "prompt", "token ids"),
         (lambda: run(engine, [4, 0.5], 5), BadPrompt, "prompt", "whole number"),
         (lambda: run(engine, [4, 5], 0), BadRequest, "max_tokens", ">= 1"),
-        (lambda: run(engine, [4, 5], 9, limit=8), BadRequest, "max_tokens", "limit of 8"),
+        (
+            lambda: engine.prepare([4, 5], max_tokens=9, limit=8),
+            BadRequest,
+            "max_tokens",
+            "limit of 8",
+        ),
         (lambda: run(engine, [4, 5], 5, stop=[""]), BadRequest, "stop", "stop strings"),
         (lambda: run(engine, [4, 5], 5, rule="typical"), BadRequest, "rule", "coupled"),
     ]

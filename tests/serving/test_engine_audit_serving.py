@@ -9,6 +9,7 @@ import pytest
 
 from spec_decode.certify.engine_audit import audit_engine
 from spec_decode.core.sampling import SamplingParams
+from spec_decode.serving.request import RequestOptions
 
 
 class ServingEngine:
@@ -27,7 +28,7 @@ class ServingEngine:
 
     def generate(self, prefix, n_tokens, sampling, seed):
         request = self.engine.prepare(
-            list(prefix), max_tokens=n_tokens, sampling=sampling, seed=seed
+            list(prefix), RequestOptions(sampling=sampling, seed=seed), max_tokens=n_tokens
         )
         return self.engine.generate(request).tokens
 

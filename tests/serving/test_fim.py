@@ -33,6 +33,7 @@ from spec_decode.core.sampling import SamplingParams  # noqa: E402
 from spec_decode.serving.config import EngineConfig  # noqa: E402
 from spec_decode.serving.engine import Engine  # noqa: E402
 from spec_decode.serving.infill_reply import covering, indent_end  # noqa: E402
+from spec_decode.serving.request import RequestOptions  # noqa: E402
 from spec_decode.serving.server import create_app  # noqa: E402
 from spec_decode.serving.state import Settings  # noqa: E402
 from spec_decode.serving.worker import Job, Worker  # noqa: E402
@@ -141,9 +142,13 @@ def target_only(worker: Worker, ids: list[int], temperature: float, seed, n=N, *
     """The ``n`` tokens target-only decoding gives for ``ids``, run on the worker."""
     engine = worker.engine
     request = engine.prepare(
-        ids, max_tokens=n, sampling=SamplingParams(temperature, **sampling), seed=seed,
-        target_only=True, raw=True,
-    )  # fmt: skip
+        ids,
+        RequestOptions(
+            sampling=SamplingParams(temperature, **sampling), seed=seed, target_only=True
+        ),
+        max_tokens=n,
+        raw=True,
+    )
     return worker.submit(Job(request)).result().tokens
 
 

@@ -19,6 +19,7 @@ from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving import logprobs as logprobs_module
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
 
 PROMPT = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5]
 CONTROLS = {"greedy": (SamplingParams(0.0), None), "sampled": (SamplingParams(0.8), 11)}
@@ -38,7 +39,9 @@ def run(engine: Engine, controls: str, top: int, target_only: bool = False):
     sampling, seed = CONTROLS[controls]
     engine.forget()
     request = engine.prepare(
-        PROMPT, max_tokens=40, sampling=sampling, seed=seed, logprobs=top, target_only=target_only
+        PROMPT,
+        RequestOptions(sampling=sampling, seed=seed, logprobs=top, target_only=target_only),
+        max_tokens=40,
     )
     return engine.generate(request)
 
@@ -87,7 +90,7 @@ def test_a_recorder_that_keeps_rows_of_rejected_paths_fails(engines, monkeypatch
 def test_without_logprobs_a_request_reports_none_and_its_tokens_are_the_same(engines):
     engine = engines["auto"]
     engine.forget()
-    request = engine.prepare(PROMPT, max_tokens=40, sampling=SamplingParams(0.0))
+    request = engine.prepare(PROMPT, RequestOptions(sampling=SamplingParams(0.0)), max_tokens=40)
     done = engine.generate(request)
     assert done.logprobs is None and done.tokens == run(engine, "greedy", top=0).tokens
 

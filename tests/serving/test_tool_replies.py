@@ -49,10 +49,10 @@ class ScriptedEngine:
     def __init__(self, answer: str) -> None:
         self.answer, self.tools, self.grammars = answer, [], []
 
-    def prepare(self, prompt, *, max_tokens=None, limit=None, raw=False, tools=None, **controls):
+    def prepare(self, prompt, options=None, *, max_tokens=None, limit=None, raw=False, tools=None):
         self.tools.append(tools)
-        self.grammars.append(controls.get("grammar"))
-        return GenerationRequest((1, 2), max_tokens or limit or 16, **controls)
+        self.grammars.append(options.grammar)
+        return GenerationRequest((1, 2), max_tokens or limit or 16, options)
 
     def generate(self, request, *, on_step=None, cancel=None) -> Completion:
         for start in range(0, len(self.answer), 4):

@@ -13,7 +13,7 @@ import pytest
 
 from spec_decode.core.trace import Trace
 from spec_decode.serving.completion import Completion
-from spec_decode.serving.request import GenerationRequest
+from spec_decode.serving.request import GenerationRequest, RequestOptions
 from spec_decode.serving.worker import Closed, Job, QueueFull, Worker
 
 
@@ -39,8 +39,8 @@ class HeldEngine:
                 return Completion([], "", "cancelled", n, 0, Trace(), 0.0)
         return Completion([1], "x", "length", n, 0, Trace(), 0.0)
 
-    def prepare(self, prompt, *, max_tokens=None, limit=None, raw=False, tools=None, **controls):
-        return GenerationRequest((1, 2), max_tokens or limit or 4, **controls)
+    def prepare(self, prompt, options=None, *, max_tokens=None, limit=None, raw=False, tools=None):
+        return GenerationRequest((1, 2), max_tokens or limit or 4, options or RequestOptions())
 
 
 def job() -> Job:

@@ -9,7 +9,6 @@ Generation stops at an end-of-generation token or after ``--max-new-tokens``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -55,7 +54,7 @@ from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.completion import Completion, Piece
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig
 from spec_decode.serving.engine import Engine
-from spec_decode.serving.request import GenerationRequest
+from spec_decode.serving.request import GenerationRequest, RequestOptions
 
 console = Console(stderr=True)
 
@@ -116,10 +115,8 @@ def generate_command(
         engine = Engine.load(config)
         if not as_json:
             print_load_notes(engine)
-        request = engine.prepare(
-            text, max_tokens=max_new_tokens, raw=raw, sampling=sampling, seed=seed,
-            penalties=penalties, grammar=grammar,
-        )  # fmt: skip
+        options = RequestOptions(sampling, seed, penalties=penalties, grammar=grammar)
+        request = engine.prepare(text, options, max_tokens=max_new_tokens, raw=raw)
     except (ValueError, FileNotFoundError) as error:
         preflight.fail(error)
     runs = _run(engine, request, no_draft=no_draft, compare=compare, stream=not as_json)
@@ -183,7 +180,7 @@ def _run(
     for label, target_only in variants:
         engine.forget()  # every timed run reads its prompt from an empty cache
         on_step = _print_text if stream and not runs else None
-        run = dataclasses.replace(request, target_only=target_only)
+        run = request.target_only() if target_only else request
         runs[label] = engine.generate(run, on_step=on_step)
     return runs
 

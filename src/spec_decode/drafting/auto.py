@@ -13,7 +13,10 @@ E(a, j) = 1 + a + ... + a^j is the expected tokens of a pass that verifies j dra
 accepted with probability a (:func:`~spec_decode.drafting.policies.expected_tokens_per_pass`),
 ``cost`` the calibrated :class:`~spec_decode.drafting.costs.CostCurve`. The option with the most
 expected tokens per second wins if it beats a plain pass by ``margin``; ties go to the cheaper
-option listed first, so with no evidence of gain the policy decodes plainly. Where a draft token
+option listed first, so with no evidence of gain the policy decodes plainly. On a server whose
+requests share each call, an option is priced on the whole call, its neighbours' rates counting
+as much as its own (:mod:`spec_decode.drafting.neighbours`), and nothing is drafted while a
+neighbour reads its prompt. Where a draft token
 costs a large fraction of a target token and a 2-token pass far more than a 1-token one (a CPU),
 no acceptance rate makes the draft model pay, and it is never chosen
 (:func:`draft_model_can_pay`).
@@ -40,15 +43,15 @@ exhaustive and statistical certificates run this planner with a fixed curve.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from spec_decode.core.checks import leading_matches
 from spec_decode.core.protocols import DeterministicDrafter, Drafter, Plan
 from spec_decode.core.trace import Trace
+from spec_decode.drafting.copy_survival import copy_survival
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter
+from spec_decode.drafting.neighbours import ALONE, Neighbours
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
@@ -95,6 +98,11 @@ class AutoPlanner:
         Draft only when the best option's expected rate beats a plain pass by this fraction:
         estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
         little room to gain.
+    neighbours
+        What the other requests of a shared call add to it, asked before every step (``None``:
+        the request is alone). Under greedy controls or the coupled rule the output does not
+        depend on the plan; a sampled request under the standard rule with a seed must plan
+        alone, or its output would depend on its neighbours.
     """
 
     costs: CostCurve
@@ -108,6 +116,7 @@ class AutoPlanner:
     copy_memory: int = 64
     caution: float = 1.0
     margin: float = MARGIN
+    neighbours: Callable[[], Neighbours] | None = None
 
     def __post_init__(self) -> None:
         if not self.drafters or len({d.vocab_size for d in self.drafters.values()}) != 1:
@@ -145,10 +154,19 @@ class AutoPlanner:
         The first step of a generation is a plain pass, planned without asking any drafter: it
         reads the prompt, and its token is the first to stream, as soon as target-only decoding
         would stream it (drafts scored in the same call would delay it by their cost, and so
-        would a drafter indexing a long prompt before it)."""
+        would a drafter indexing a long prompt before it). So is every step while a neighbour
+        reads its prompt."""
+        shared = self.neighbours() if self.neighbours is not None else ALONE
         cap = min(self.k_max, k_max)
-        best, best_rate = ("", 0), (1.0 + self.margin) / self.costs.target(1)
-        if cap == 0 or trace.target_passes == 0:
+
+        def rate(expected: float, rows: int, draft_seconds: float = 0.0) -> float:
+            """This option's expected tokens per second, its call's cost counted once for each
+            request waiting on it (alone: tokens per second)."""
+            seconds = self.costs.target(rows + shared.rows) + draft_seconds
+            return expected / seconds ** (shared.count + 1)
+
+        best, best_rate = ("", 0), rate(1.0 + self.margin, 1)
+        if cap == 0 or trace.target_passes == 0 or shared.reading_prompt:
             return Plan(*best)
         proposals = {
             name: drafter.propose_tokens(context, cap)
@@ -168,18 +186,17 @@ class AutoPlanner:
             expected = 1.0
             for j, surviving in enumerate(survival, start=1):
                 expected += surviving
-                rate = expected / self.costs.target(j + 1)
-                if rate > best_rate:
-                    best, best_rate = (name, j), rate
+                if rate(expected, j + 1) > best_rate:
+                    best, best_rate = (name, j), rate(expected, j + 1)
         if self.model is not None:
             alpha = estimated_alpha(
                 trace, self.prior_alpha, self.prior_weight, self.model, self.memory
             )
             draft = self.costs.draft_seconds or 0.0
             for k in range(1, cap + 1):
-                rate = expected_tokens_per_pass(alpha, k) / (self.costs.target(k + 1) + k * draft)
-                if rate > best_rate:
-                    best, best_rate = (self.model, k), rate
+                option = rate(expected_tokens_per_pass(alpha, k), k + 1, k * draft)
+                if option > best_rate:
+                    best, best_rate = (self.model, k), option
         return Plan(*best, proposals)
 
 
@@ -196,90 +213,6 @@ def draft_model_can_pay(
         expected_tokens_per_pass(1.0, k) / (costs.target(k + 1) + k * draft_seconds) > plain
         for k in range(1, k_max + 1)
     )
-
-
-#: Streak lengths are pooled in buckets 0, 1-2, 3-6, 7-14, 15-30, 31-62, 63+ (``log2(s + 1)``).
-STREAK_BUCKETS = 7
-
-
-def streak_bucket(streak: int) -> int:
-    """The bucket of a streak of ``streak`` right tokens in a row (:data:`STREAK_BUCKETS`)."""
-    return min(int(math.log2(streak + 1)), STREAK_BUCKETS - 1)
-
-
-def copy_survival(
-    trace: Trace,
-    name: str,
-    depth: int,
-    prior_alpha: float,
-    prior_weight: float,
-    last_steps: int,
-    caution: float = 1.0,
-) -> list[float]:
-    """S(1), ..., S(``depth``): for deterministic drafter ``name``, the estimated chance that the
-    first i tokens of its proposal now are all accepted, from what it proposed at each of the
-    last ``last_steps`` steps against the tokens emitted since.
-
-    A copy's next token is right with a chance that grows with how many tokens in a row the
-    drafter has had right just before it (its streak): right after an edit or in prose a copy
-    often misses, forty tokens into re-emitted code it almost never does. So every emitted
-    token is an observation (right or wrong) of the hazard at the streak it was reached with,
-    and S(i) multiplies the estimated rates at the streaks the proposal would reach:
-    h(streak now) * h(streak now + 1) * ...
-
-    Streaks are pooled in :func:`streak_bucket`; each bucket's rate is a Beta posterior mean
-    whose prior mean is the posterior mean of the bucket below (the first bucket's is
-    ``prior_alpha``), weight ``prior_weight``: a longer streak is taken to be as reliable as a
-    shorter one until tokens at that streak say otherwise, which lets a copy be drafted far
-    before plain passes have shown tokens that deep. ``caution`` standard deviations of the
-    posterior are subtracted from each rate: a long block that misses costs many passes, so a
-    rate seen on few tokens counts for less.
-
-    A token is predicted when a proposal in the window whose first m tokens match the emitted
-    ones covers it (one of the m); it is observed once, for the first proposal that reached it
-    (its m matches, then the token after them, if emitted and proposed): consecutive proposals
-    during a copy are the same text shifted by a token, and counting their overlap again and
-    again would let a few plain passes outweigh every later miss. When the drafter was used,
-    each step's outcome is exactly its verification outcome. Tokens not yet emitted are not
-    counted.
-    """
-    if depth == 0:
-        return []  # nothing proposed now: no need to read the window (the planner asks every step)
-    first = max(0, trace.target_passes - last_steps)
-    end = len(trace.tokens)
-    base = trace.starts[first] if first < trace.target_passes else end
-    predicted = [False] * (end - base)
-    reached: list[tuple[int, int, int]] = []  # (start, matched, proposed) of each step
-    for i in range(first, trace.target_passes):
-        proposal = trace.proposals[i].get(name, ())
-        start = trace.starts[i]
-        matched = leading_matches(proposal, trace.tokens[start : start + len(proposal)])
-        predicted[start - base : start - base + matched] = [True] * matched
-        reached.append((start, matched, len(proposal)))
-    streak = [0] * (end - base + 1)  # streak[t - base]: right in a row just before position t
-    for t, right in enumerate(predicted):
-        streak[t + 1] = streak[t] + 1 if right else 0
-    right_at = [0] * STREAK_BUCKETS
-    seen_at = [0] * STREAK_BUCKETS
-    observed = base  # tokens before this position were counted already
-    for start, matched, proposed in reached:
-        stop = min(start + matched + 1, start + proposed, end)  # the matches, then the miss
-        for t in range(max(start, observed), stop):
-            bucket = streak_bucket(streak[t - base])
-            seen_at[bucket] += 1
-            right_at[bucket] += t < start + matched
-        observed = max(observed, stop)
-    rates, prior = [], prior_alpha
-    for right, seen in zip(right_at, seen_at, strict=True):
-        weight = seen + prior_weight
-        mean = (right + prior_weight * prior) / weight
-        rates.append(max(0.0, mean - caution * math.sqrt(mean * (1 - mean) / (weight + 1))))
-        prior = mean
-    survival, now, alive = [], streak[-1], 1.0
-    for d in range(depth):
-        alive *= rates[streak_bucket(now + d)]
-        survival.append(alive)
-    return survival
 
 
 def longest_proposal(costs: CostCurve, k_max: int) -> int:
@@ -308,6 +241,7 @@ def auto_planner(
     k_max: int = 16,
     history: SuffixHistory | None = None,
     suffix: SuffixDrafter | None = None,
+    neighbours: Callable[[], Neighbours] | None = None,
 ) -> AutoPlanner:
     """The default auto planner: prompt lookup of short and of long matches, the suffix drafter
     (reading ``history``, the earlier requests' sequences, when given), plus ``model_drafter``
@@ -322,7 +256,8 @@ def auto_planner(
     prior mean is :data:`LONG_MATCH_PRIOR`. All propose no further than the longest pass
     ``costs`` measured: beyond it the cost is extrapolated, not known. ``suffix`` is a suffix
     drafter kept from earlier requests (:func:`suffix_drafter`, the same arguments), in place of
-    a new one."""
+    a new one; ``neighbours`` says what the requests sharing its calls add to them
+    (:class:`AutoPlanner`)."""
     longest = longest_proposal(costs, k_max)
     if suffix is None:
         suffix = suffix_drafter(costs, vocab_size, k_max, history)
@@ -341,4 +276,5 @@ def auto_planner(
         None if model_drafter is None else "draft",
         k_max,
         priors={"long_lookup": LONG_MATCH_PRIOR},
+        neighbours=neighbours,
     )

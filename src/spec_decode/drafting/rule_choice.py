@@ -5,7 +5,8 @@ give positional noise, and the model drafters must draw with that noise, or the 
 accepted only by chance. :class:`RuleChoice` builds the four together, so a command line or a
 server cannot combine them wrongly: the chain rule, the tree rule, the model drafters and the
 random source of a run (every run, target-only included, so ``--compare`` compares outputs
-under the same noise).
+under the same noise). Which step a request runs is chosen in one place,
+:func:`spec_decode.serving.steps.request_step`.
 """
 
 from __future__ import annotations
@@ -18,24 +19,17 @@ import numpy as np
 from spec_decode.core.coupled import coupled_rule, coupled_tree_rule
 from spec_decode.core.models import Model
 from spec_decode.core.noise import positional_source
-from spec_decode.core.protocols import Drafter, KPolicy, Planner, TreeDrafter
+from spec_decode.core.protocols import Drafter, Planner
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.rules import Rule, exact_rule
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.steps import (
-    ONLY,
-    PolicyPlanner,
     StepFunction,
     greedy_step,
     planned_step,
-    target_step,
-    tree_step,
 )
-from spec_decode.core.tree import TreeShape
 from spec_decode.core.tree_rules import TreeRule, verify_tree
-from spec_decode.drafting.auto import AutoPlanner
 from spec_decode.drafting.drafters import ModelDrafter
-from spec_decode.drafting.policies import as_policy
 from spec_decode.drafting.tree_drafters import ModelTreeDrafter
 
 #: The rules by name: coupled (seed-identical to target-only decoding) and standard
@@ -86,26 +80,6 @@ class RuleChoice:
         self, model: Model, sampling: SamplingParams, replacement: bool = False
     ) -> ModelTreeDrafter:
         return ModelTreeDrafter(model, sampling, replacement, coupled=self.coupled)
-
-    def step(
-        self,
-        target: Model,
-        drafter: Drafter | TreeDrafter | AutoPlanner | None,
-        k: int | KPolicy,
-        sampling: SamplingParams,
-        tree: TreeShape | None = None,
-    ) -> StepFunction:
-        """The step of one run under this rule: target-only when ``drafter`` is None, the auto
-        policy's step for an :class:`~spec_decode.drafting.auto.AutoPlanner`, a tree step of
-        shape ``tree``, else a chain step drafting ``k`` (or what the policy ``k`` says)."""
-        if drafter is None:
-            return target_step(target, sampling)
-        if isinstance(drafter, AutoPlanner):
-            return self.planned_step(target, drafter.drafters, drafter, sampling)
-        if tree is not None:
-            return tree_step(target, drafter, tree, self.tree, sampling)  # type: ignore[arg-type]
-        planner = PolicyPlanner(as_policy(k))
-        return self.planned_step(target, {ONLY: drafter}, planner, sampling)  # type: ignore[dict-item]
 
     def planned_step(
         self,

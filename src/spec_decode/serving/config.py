@@ -15,7 +15,8 @@ from spec_decode.core.tree import TreeShape
 from spec_decode.drafting.auto import draft_model_can_pay
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.policies import POLICY_NAMES
-from spec_decode.drafting.rule_choice import DEFAULT_RULE, rule_by_name
+from spec_decode.drafting.rule_choice import DEFAULT_RULE, RuleChoice, rule_by_name
+from spec_decode.serving.request import RequestOptions
 
 #: ``draft`` values that load no draft model: prompt lookup, and target-only decoding.
 LOOKUP, NO_DRAFT = "lookup", "none"
@@ -93,6 +94,10 @@ class EngineConfig:
             backend, name, weights=weights, threads=self.threads, device=self.device,
             draft=draft, slots=slots,
         )  # fmt: skip
+
+    def rule_for(self, options: RequestOptions) -> RuleChoice:
+        """The rule a request decodes under: the one it names, else this configuration's."""
+        return rule_by_name(options.rule or self.rule)
 
     @property
     def uses_auto(self) -> bool:

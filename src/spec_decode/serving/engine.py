@@ -19,7 +19,9 @@ A request's penalties, logit bias and grammar are processors (:mod:`spec_decode.
 wrapped around both models for that request alone: every row the target scores, drafted rows
 included, is processed with its own history, so the output stays target-only decoding's.
 
-Requests run at once on slots (:mod:`.slots`); their models' calls meet on the engine's thread.
+Requests run at once on slots (:mod:`.slots`); their models' calls meet on the engine's thread,
+and each request's auto planner prices its block on the shared call, reading what its neighbours
+post on the :class:`~.step_board.StepBoard` (:mod:`spec_decode.drafting.neighbours`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from spec_decode.backends.loading import Loaded
@@ -37,22 +40,23 @@ from spec_decode.backends.prompts import (
     encode_prompt,
     prompt_ids,
 )
-from spec_decode.constraints.grammar import Grammar, check_grammar, grammar_tokenizer
+from spec_decode.constraints.grammar import check_grammar, grammar_tokenizer
 from spec_decode.core.errors import BadRequest
 from spec_decode.core.generate import generate
-from spec_decode.core.processors import LogitBias, Penalties
-from spec_decode.core.sampling import SamplingParams
 from spec_decode.core.steps import StepFunction
+from spec_decode.drafting.auto import AutoPlanner, auto_planner
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.rule_choice import RuleChoice, rule_by_name
+from spec_decode.drafting.drafters import ModelDrafter
+from spec_decode.drafting.rule_choice import rule_by_name
 from spec_decode.drafting.suffix import SuffixHistory
 from spec_decode.serving.completion import Completion, Piece, StepCallback
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.halting import Halt, halt_reason, halting_step
 from spec_decode.serving.loader import load_models
 from spec_decode.serving.logprobs import RowRecorder, TokenLogprob
-from spec_decode.serving.request import GenerationRequest
+from spec_decode.serving.request import GenerationRequest, RequestOptions
 from spec_decode.serving.slots import IdleHistory, Slot, SlotTable, batching_refusal
+from spec_decode.serving.step_board import StepBoard
 from spec_decode.serving.steps import processed, request_step
 from spec_decode.serving.text import IncrementalText
 
@@ -76,6 +80,8 @@ class Engine:
     notes: tuple[str, ...] = ()
     slots: SlotTable = field(init=False, repr=False)
     _history: IdleHistory = field(init=False, repr=False)
+    #: the running requests' recent steps, for their neighbours' auto planners
+    board: StepBoard = field(default_factory=StepBoard, repr=False)
     _tokenizer: SerializedTokenizer = field(init=False, repr=False)
     _grammar_tokenizer: Any = field(default=None, init=False, repr=False)
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -139,33 +145,24 @@ class Engine:
     def prepare(
         self,
         prompt: str | Sequence[Mapping[str, Any]] | Sequence[int],
+        options: RequestOptions | None = None,
         *,
         max_tokens: int | None = None,
         limit: int | None = None,
         raw: bool = False,
         tools: list[dict[str, Any]] | None = None,
-        sampling: SamplingParams | None = None,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-        rule: str | None = None,
-        target_only: bool = False,
-        logprobs: int | None = None,
-        penalties: Penalties | None = None,
-        logit_bias: LogitBias | None = None,
-        grammar: Grammar | None = None,
     ) -> GenerationRequest:
-        """A checked :class:`~spec_decode.serving.request.GenerationRequest` for ``prompt``:
-        text (through the chat template as one user message unless ``raw``), chat messages (with
-        the ``tools`` the model may call, OpenAI function definitions), or token ids.
-        ``penalties``, ``logit_bias`` and ``grammar`` shape every row the target gives
-        (:class:`~spec_decode.serving.request.GenerationRequest`); a grammar that does not
-        compile is refused here.
+        """A checked :class:`~spec_decode.serving.request.GenerationRequest` for ``prompt``,
+        decoded as ``options`` say: text (through the chat template as one user message unless
+        ``raw``), chat messages (with the ``tools`` the model may call, OpenAI function
+        definitions), or token ids. A grammar that does not compile is refused here.
 
         ``max_tokens`` None asks for as many tokens as the context window leaves, at most
         ``limit``; more than ``limit`` is refused. Every refusal is a
         :class:`~spec_decode.core.errors.BadRequest` naming the field. Safe to call from any
         thread while a generation runs (the tokenizer is serialized).
         """
+        options = options or RequestOptions()
         ids = prompt_ids(self.tokenizer, prompt, raw=raw, tools=tools)
         if max_tokens is None:
             max_tokens = max(self.context_window - len(ids), 1)  # no room: refused below
@@ -175,12 +172,9 @@ class Engine:
                 f"max_tokens = {max_tokens} is above the limit of {limit} tokens a request",
                 "max_tokens",
             )
-        if grammar is not None:
-            check_grammar(grammar, self.grammar_tokenizer)
-        request = GenerationRequest(
-            tuple(ids), max_tokens, sampling or SamplingParams(), seed, tuple(stop), rule,
-            target_only, logprobs, penalties or Penalties(), logit_bias, grammar,
-        )  # fmt: skip
+        if options.grammar is not None:
+            check_grammar(options.grammar, self.grammar_tokenizer)
+        request = GenerationRequest(tuple(ids), max_tokens, options)
         self.validate(request)
         return request
 
@@ -200,18 +194,19 @@ class Engine:
         """Refuse a request this engine cannot run: a rule it does not know, token ids outside
         the vocabulary, or a prompt and token limit beyond a model's context window
         (:class:`~spec_decode.core.errors.BadRequest` s naming the field)."""
-        if request.rule is not None:
+        options = request.options
+        if options.rule is not None:
             try:
-                rule_by_name(request.rule)
+                rule_by_name(options.rule)
             except ValueError as error:
                 raise BadRequest(str(error), "rule") from error
         for model in self.models:
             model.check_fits(len(request.prompt), request.max_tokens)
         self.target.model.check_ids(request.prompt)
-        if request.logit_bias is not None:
-            request.logit_bias.check_vocabulary(self.target.model.vocab_size)
-        drafts_trees = self.config.tree is not None and not request.target_only
-        if request.logprobs is not None and drafts_trees:
+        if options.logit_bias is not None:
+            options.logit_bias.check_vocabulary(self.target.model.vocab_size)
+        drafts_trees = self.config.tree is not None and not options.target_only
+        if options.logprobs is not None and drafts_trees:
             raise BadRequest("logprobs are not reported under token trees (--tree)", "logprobs")
 
     def warm_up(self) -> None:
@@ -256,14 +251,16 @@ class Engine:
         (:class:`~spec_decode.serving.logprobs.RowRecorder`).
         """
         self.validate(request)
-        ids, sampling, seed = list(request.prompt), request.sampling, request.seed
-        text = IncrementalText(self.tokenizer, request.stop)
-        choice = rule_by_name(request.rule or self.config.rule)
-        # under the coupled rule the drafts (and so the history) never change the output
-        reads_history = choice.coupled or sampling.temperature == 0 or seed is None
+        ids, options = list(request.prompt), request.options
+        text = IncrementalText(self.tokenizer, options.stop)
+        choice = self.config.rule_for(options)
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
-        with self.slots.take(ids) as slot, self._history.request():
-            step, recorder = self._request_step(request, choice, reads_history, slot)
+        with (
+            self.slots.take(ids) as slot,
+            self._history.request(),
+            self.board.running(slot.index),
+        ):
+            step, recorder = self._request_step(request, slot)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
             cached = slot.keep_reusable(ids, self.config.reuse_cache)
 
@@ -288,7 +285,7 @@ class Engine:
                     halting,
                     ids,
                     request.max_tokens,
-                    choice.source(seed),
+                    choice.source(options.seed),
                     on_tokens=on_tokens,
                     stop_tokens=self.target.stop_ids,
                 )
@@ -309,27 +306,30 @@ class Engine:
         )  # fmt: skip
 
     def _request_step(
-        self, request: GenerationRequest, choice: RuleChoice, reads_history: bool, slot: Slot
+        self, request: GenerationRequest, slot: Slot
     ) -> tuple[StepFunction, RowRecorder | None]:
-        """The request's step function over the slot's models with its processors, and the
-        recorder of its rows when it asks for logprobs (:mod:`.steps`)."""
-        grammar = self.grammar_tokenizer if request.grammar is not None else None
-        target = processed(slot.target, request, grammar)
-        draft = processed(slot.draft, request, grammar) if slot.draft is not None else None
-        recorder = None if request.logprobs is None else RowRecorder(target, request.logprobs)
-        shared = self.history if reads_history and self.config.shared_history else None
-        suffix = None
-        if self.costs is not None:
-            suffix = slot.suffix_drafter(self.costs, self.k, shared)
-        step = request_step(
-            self.config,
-            recorder or target,
-            draft,
-            request.sampling,
-            choice=choice,
-            k=self.k,
-            target_only=request.target_only,
-            costs=self.costs,
-            suffix=suffix,
-        )
-        return step, recorder
+        """The request's step function over the slot's models with its processors, posting its
+        steps on the board, and the recorder of its rows when it asks for logprobs
+        (:mod:`.steps`)."""
+        options, start = request.options, len(request.prompt)
+        grammar = self.grammar_tokenizer if options.grammar is not None else None
+        target = processed(slot.target, options, start, grammar)
+        draft = None if slot.draft is None else processed(slot.draft, options, start, grammar)
+        recorder = None if options.logprobs is None else RowRecorder(target, options.logprobs)
+        # a seeded sample under the standard rule depends on its drafts: it plans alone
+        alone = not self.config.rule_for(options).coupled
+        alone = alone and options.sampling.temperature > 0 and options.seed is not None
+
+        def auto(model: ModelDrafter | None) -> AutoPlanner:
+            if self.costs is None:
+                raise ValueError("the auto policy needs the cost curve")
+            history = self.history if self.config.shared_history and not alone else None
+            suffix = slot.suffix_drafter(self.costs, self.k, history)
+            neighbours = None if alone else partial(self.board.neighbours, slot.index)
+            return auto_planner(
+                self.costs, slot.target.vocab_size, model, self.k, suffix.history, suffix,
+                neighbours,
+            )  # fmt: skip
+
+        step = request_step(self.config, options, recorder or target, draft, self.k, auto)
+        return self.board.posting(slot.index, step), recorder

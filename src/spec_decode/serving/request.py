@@ -12,7 +12,7 @@ vocabulary, a prompt that fits its context window) in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spec_decode.constraints.grammar import Grammar
 from spec_decode.core.checks import whole_number
@@ -23,8 +23,9 @@ from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
-    """``max_tokens`` tokens at most after the token ids ``prompt``.
+class RequestOptions:
+    """How a request is decoded, everything it asks besides its prompt and its length: built
+    once from a request body or a command line and carried whole to the step.
 
     ``seed`` None draws a fresh one; generation ends early once a ``stop`` string appears in the
     text (cut before it); ``rule`` None is the engine's configured rule; ``target_only`` decodes
@@ -34,8 +35,6 @@ class GenerationRequest:
     drafted path too (:mod:`spec_decode.core.processors`).
     """
 
-    prompt: tuple[int, ...]
-    max_tokens: int
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
     stop: tuple[str, ...] = ()
@@ -45,6 +44,27 @@ class GenerationRequest:
     penalties: Penalties = field(default_factory=Penalties)
     logit_bias: LogitBias | None = None
     grammar: Grammar | None = None
+
+    def __post_init__(self) -> None:
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if any(not isinstance(s, str) or not s for s in stop):
+            raise BadRequest("stop strings must be non-empty strings", "stop")
+        object.__setattr__(self, "stop", stop)
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise BadRequest(
+                f"top log-probabilities must lie in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}",
+                "top_logprobs",
+            )
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """``max_tokens`` tokens at most after the token ids ``prompt``, decoded as ``options``
+    say."""
+
+    prompt: tuple[int, ...]
+    max_tokens: int
+    options: RequestOptions = field(default_factory=RequestOptions)
 
     def __post_init__(self) -> None:
         try:
@@ -59,12 +79,7 @@ class GenerationRequest:
         if limit < 1:
             raise BadRequest(f"max_tokens must be >= 1, got {limit}", "max_tokens")
         object.__setattr__(self, "max_tokens", limit)
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        if any(not isinstance(s, str) or not s for s in stop):
-            raise BadRequest("stop strings must be non-empty strings", "stop")
-        object.__setattr__(self, "stop", stop)
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
-            raise BadRequest(
-                f"top log-probabilities must lie in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}",
-                "top_logprobs",
-            )
+
+    def target_only(self) -> GenerationRequest:
+        """The same request decoded without drafting (what ``--compare`` sets beside it)."""
+        return replace(self, options=replace(self.options, target_only=True))

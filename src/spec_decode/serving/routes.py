@@ -120,7 +120,7 @@ async def respond(
     chat = isinstance(body, ChatRequest)
     job = Job(await prepare(state, body, prompt, tools))
     names = None if tools is None else frozenset(t["function"]["name"] for t in tools)
-    wants_logprobs = job.request.logprobs is not None
+    wants_logprobs = job.request.options.logprobs is not None
     reply = Reply.new(
         state.settings.model_name, chat, token_ids=body.return_token_ids, tools=names,
         logprobs=wants_logprobs, decode=state.engine.tokenizer.decode if wants_logprobs else None,
@@ -156,11 +156,8 @@ async def prepare(
     with the worker's thread under one lock); a refusal is a 400 naming the field."""
     try:
         return await run_in_threadpool(
-            state.engine.prepare, prompt, max_tokens=body.requested_tokens(),
-            limit=state.settings.max_tokens, raw=True, tools=tools, sampling=body.sampling(),
-            seed=body.seed, stop=body.stop_strings(), rule=body.rule,
-            logprobs=body.requested_logprobs(), penalties=body.penalties(),
-            logit_bias=body.bias(), grammar=body.output_grammar(),
+            state.engine.prepare, prompt, body.options(), max_tokens=body.requested_tokens(),
+            limit=state.settings.max_tokens, raw=True, tools=tools,
         )  # fmt: skip
     except BadRequest as error:
         chat = isinstance(body, ChatRequest)

@@ -38,6 +38,7 @@ from spec_decode.core.sampling import SAMPLING_RANGES, Range, SamplingParams
 from spec_decode.serving.fields import CHAT_NOT_YET, COMPLETION_NOT_YET, NO_EFFECT, is_off
 from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
 from spec_decode.serving.messages import Message, NamedChoice, ResponseFormat, Tool
+from spec_decode.serving.request import RequestOptions
 
 #: The most stop strings a request may give (as in the OpenAI API).
 MAX_STOP = 4
@@ -150,18 +151,18 @@ class SamplingFields(BaseModel):
             raise ValueError(f"stop takes at most {MAX_STOP} non-empty strings")
         return value
 
+    def options(self) -> RequestOptions:
+        """Everything this body asks of its decoding, as the engine takes it."""
+        penalties = Penalties(self.frequency_penalty, self.presence_penalty)
+        bias = self.logit_bias and LogitBias({int(k): v for k, v in self.logit_bias.items()})
+        return RequestOptions(
+            self.sampling(), self.seed, tuple(self.stop_strings()), self.rule, False,
+            self.requested_logprobs(), penalties, bias or None, self.output_grammar(),
+        )  # fmt: skip
+
     def sampling(self) -> SamplingParams:
         """The sampling controls (temperature 0: greedy)."""
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
-
-    def penalties(self) -> Penalties:
-        return Penalties(self.frequency_penalty, self.presence_penalty)
-
-    def bias(self) -> LogitBias | None:
-        """The logit bias by token id, or None when none is given."""
-        return (
-            LogitBias({int(k): v for k, v in self.logit_bias.items()}) if self.logit_bias else None
-        )
 
     def output_grammar(self) -> Grammar | None:
         """The grammar the output must follow (None: free text)."""

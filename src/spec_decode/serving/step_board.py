@@ -1,0 +1,69 @@
+"""The running requests' recent steps, posted for their neighbours' planners.
+
+Requests on different slots are scored together, one call per step
+(:mod:`spec_decode.backends.llamacpp.slots`), so each request's auto planner prices its block on
+the whole call (:mod:`spec_decode.drafting.neighbours`). This board is where it reads what the
+others add: every running request posts the rows of its last few steps here, and is taken to
+be reading its prompt until its first step ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from spec_decode.core.randomness import RandomSource
+from spec_decode.core.steps import StepFunction
+from spec_decode.core.trace import Step, Trace
+from spec_decode.drafting.neighbours import Neighbours
+
+#: Steps of each request that its neighbours' estimate reads.
+WINDOW = 4
+
+
+@dataclass
+class _Posts:
+    """The rows one request scored in each of its last :data:`WINDOW` steps."""
+
+    rows: deque[int] = field(default_factory=lambda: deque(maxlen=WINDOW))
+
+
+class StepBoard:
+    """What each running request fed its last steps, by key (its slot)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._posts: dict[int, _Posts] = {}
+
+    @contextlib.contextmanager
+    def running(self, key: int) -> Iterator[None]:
+        """The request on slot ``key`` is on the board while the block runs."""
+        with self._lock:
+            self._posts[key] = _Posts()
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._posts[key]
+
+    def posting(self, key: int, step: StepFunction) -> StepFunction:
+        """``step``, posting the rows of each of its steps under ``key``."""
+
+        def posted(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
+            done = step(context, remaining, trace, source)
+            with self._lock:
+                self._posts[key].rows.append(done.drafted + 1)
+            return done
+
+        return posted
+
+    def neighbours(self, key: int) -> Neighbours:
+        """The requests other than ``key``: how many, their mean rows a step, summed, and
+        whether one of them has not finished a step yet (it reads its prompt)."""
+        with self._lock:
+            others = [list(posts.rows) for other, posts in self._posts.items() if other != key]
+        rows = sum(sum(r) / len(r) for r in others if r)
+        return Neighbours(len(others), round(rows), reading_prompt=not all(others))
