@@ -70,9 +70,15 @@ LLAMA_VSCODE = {
     "t_max_prompt_ms": 500, "t_max_predict_ms": 60_000,
 }  # fmt: skip
 #: Continue's FIM request to an OpenAI-compatible server (its openai adapter's fimStream).
+#: Continue's stop strings for a Qwen coder model: its FIM template's, then its common ones.
+CONTINUE_STOPS = [
+    "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>", "/src/", "#- coding: utf-8",
+    "```", "\n\n",
+]  # fmt: skip
 CONTINUE = {
     "model": MODEL, "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": N, "temperature": 0.0,
-    "top_p": 1.0, "stop": ["\n\n"], "stream": True,
+    "top_p": 1.0, "stop": CONTINUE_STOPS, "stream": True,
 }  # fmt: skip
 #: (temperature, seed): greedy, and seeded sampling (the coupled rule: token-identical).
 CONTROLS = {"greedy": (0.0, None), "seeded": (0.7, 11)}
@@ -274,6 +280,9 @@ def test_n_predict_0_reads_and_writes_nothing(servers):
     answer = post(app, "/infill", body).json()
     assert answer["content"] == "" and answer["tokens_predicted"] == 0 and answer["stop"]
     assert answer["tokens_evaluated"] > 0
+    # the prompt was read into a slot's cache: the request it prepared reads only the rest
+    later = post(app, "/infill", LLAMA_VSCODE | {"temperature": 0}).json()
+    assert later["timings"]["prompt_n"] < later["tokens_evaluated"] // 2
 
 
 def test_the_fields_the_editors_do_not_send_are_refused(servers):

@@ -8,8 +8,9 @@ and extra context included, and the output is target-only decoding's. A model wi
 tokens is a 400 naming ``input_suffix``.
 
 The fields are the editors': those of :class:`InfillRequest`, the sampling fields the server's
-other routes take, and ``n_predict`` (-1: no limit of its own; 0: answer at once, nothing
-generated). ``n_indent`` and ``t_max_predict_ms`` end the text as llama-server does
+other routes take, and ``n_predict`` (-1: no limit of its own; 0: nothing generated, the prompt
+read into a slot's cache, as editors ask to warm it with the context of later requests).
+``n_indent`` and ``t_max_predict_ms`` end the text as llama-server does
 (:class:`~spec_decode.serving.infill_reply.Limits`). ``samplers`` is accepted when it names
 llama.cpp's samplers, and changes nothing: the sampler is this server's (temperature, top-k,
 top-p, min-p, from their fields), which ``generation_settings.samplers`` reports; llama.cpp's
@@ -37,6 +38,7 @@ from starlette.concurrency import run_in_threadpool
 from spec_decode.backends.fim import encode_infill, fim_tokens
 from spec_decode.serving.completion import Completion
 from spec_decode.serving.infill_reply import InfillReply, Limits
+from spec_decode.serving.request import RequestOptions
 from spec_decode.serving.routes import (
     FIM_CODE,
     NO_FIM,
@@ -124,7 +126,8 @@ async def infill(request: Request, state: Authorized) -> Response:
     ids, cut = await infill_ids(state, body)
     stop_ids = state.engine.target.stop_ids
     reply = InfillReply(state.settings.model_name, body, len(ids), cut, stop_ids)
-    if body.n_predict == 0:  # llama-server reads the prompt and writes nothing
+    if body.n_predict == 0:  # llama-server reads the prompt (its cache warms) and writes nothing
+        await read_prompt(state, ids, request.url.path)
         return answer(body.stream, reply.nothing())
     job = Job(await prepare(state, body, ids, None))
     limits = Limits(body.n_indent, body.t_max_predict_ms, job.cancel, state.engine.tokenizer.decode)
@@ -163,6 +166,14 @@ async def infill_ids(state: Served, body: InfillRequest) -> tuple[list[int], boo
         encode_infill, engine.tokenizer, tokens, body.input_prefix, body.input_suffix, extra,
         body.prompt, context=engine.context_window, max_tokens=room,
     )  # fmt: skip
+
+
+async def read_prompt(state: Served, ids: list[int], path: str) -> None:
+    """Read ``ids`` into a slot's KV cache, as a one-token target-only generation whose token
+    is dropped (its pass is the prompt's own), queued like any request."""
+    options = RequestOptions(target_only=True)
+    warm = await run_in_threadpool(state.engine.prepare, ids, options, max_tokens=1, raw=True)
+    await asyncio.wrap_future(submit(state, Job(warm), path))
 
 
 def answer(streamed: bool, whole: dict[str, Any]) -> Response:
