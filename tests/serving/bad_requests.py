@@ -76,6 +76,7 @@ CASES = {
     "an id outside the vocabulary": ("text", {**TEXT, "prompt": [4, 10_000]}, 400, "prompt", None),
     "two prompts": ("text", {**TEXT, "prompt": ["ab", "cd"]}, 400, "prompt", None),
     "an empty stop string": ("text", {**TEXT, "stop": [""]}, 400, "stop", None),
+    "too many stop strings": ("text", {**TEXT, "stop": ["s"] * 33}, 400, "stop", None),
     "an unknown rule": ("text", {**TEXT, "rule": "typical"}, 400, "rule", None),
     "a penalty above 2": ("chat", {**CHAT, "presence_penalty": 2.5}, 400, "presence_penalty", None),
     "a bias above 100": ("text", {**TEXT, "logit_bias": {"5": 101}}, 400, "logit_bias", None),

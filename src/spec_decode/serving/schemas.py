@@ -40,8 +40,9 @@ from spec_decode.serving.logprobs import MAX_TOP_LOGPROBS
 from spec_decode.serving.messages import Message, NamedChoice, ResponseFormat, Tool
 from spec_decode.serving.request import RequestOptions
 
-#: The most stop strings a request may give (as in the OpenAI API).
-MAX_STOP = 4
+#: The most stop strings a request may give: more than the OpenAI API's 4, since editors send
+#: more (Continue's fill-in-the-middle requests to a Qwen coder model carry a dozen).
+MAX_STOP = 32
 #: Above every token id (llama.cpp's are 32-bit integers).
 MAX_TOKEN_ID = 1 << 31
 
