@@ -26,6 +26,7 @@ post on the :class:`~.step_board.StepBoard` (:mod:`spec_decode.drafting.neighbou
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -259,6 +260,7 @@ class Engine:
             self.slots.take(ids) as slot,
             self._history.request(),
             self.board.running(slot.index),
+            self._member(),
         ):
             step, recorder = self._request_step(request, slot)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
@@ -304,6 +306,11 @@ class Engine:
             trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first,
             logprobs if recorder is not None else None,
         )  # fmt: skip
+
+    def _member(self) -> contextlib.AbstractContextManager[None]:
+        """While a request runs: a member of the target's batcher, whose steps wait for its
+        posts (:class:`~spec_decode.backends.llamacpp.slots.Batcher`; nothing with one slot)."""
+        return self.target.batcher.member() if self.batchers else contextlib.nullcontext()
 
     def _request_step(
         self, request: GenerationRequest, slot: Slot

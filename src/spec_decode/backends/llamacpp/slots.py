@@ -9,6 +9,15 @@ thread, so every decode comes from one): each step feeds what the slots have pos
 and first, long ones (prompts) in chunks of what the budget leaves, and hands each slot its rows.
 A long prompt therefore delays the others by one chunk a step, never by its whole length.
 
+Each step waits, after the first post, until every running request (a :meth:`Batcher.member`)
+has posted, at most :data:`GATHER_S`, so that their rows share one call rather than each taking
+a call of its own as it comes.
+
+A call's rows go in order of sequence: llama.cpp splits a call on a cache with cells per
+sequence into micro-batches of consecutive, increasing sequence ids with as many tokens from each
+(``llama_batch_allocr::split_equal``), each a pass over all the weights of its own; rows of
+sequences 2, 0, 3, 1 make four passes where 0, 1, 2, 3 make one.
+
 Exactness: on the exact-rows build with covered weight types every row is bitwise the
 one-token row whatever else its call holds, and with cells of its own a row's attention sums
 over its own sequence only, so a request's rows, and so its output, are those it gets alone
@@ -17,7 +26,9 @@ over its own sequence only, so a request's rows, and so its output, are those it
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +42,8 @@ from spec_decode.backends.llamacpp.promise import exact_rows
 #: Tokens one step feeds at most: a verification block whole, a prompt in chunks. No more than
 #: the block size the per-model promise checks (:mod:`.promise`), so shared calls stay exact.
 DEFAULT_BUDGET = 64
+#: The longest a step waits, after the first post, for every running request to post.
+GATHER_S = 0.05
 
 
 @dataclass
@@ -59,6 +72,7 @@ class Batcher:
         self._posts: list[_Post] = []
         self._ready = threading.Condition()
         self._decoding_thread = threading.get_ident()  # the thread that steps it: its creator
+        self._members = 0  # requests running on the slots (each posts, waits, works, posts)
         self.steps = 0  #: decodes run
         self.shared_steps = 0  #: decodes that fed more than one slot's rows
 
@@ -78,6 +92,19 @@ class Batcher:
         if len(post.logits) == 1:
             return post.logits[0]
         return np.concatenate(post.logits or [np.empty((0, self.context.vocab_size), np.float32)])
+
+    @contextlib.contextmanager
+    def member(self) -> Iterator[None]:
+        """A request runs on one of the slots for the block's duration: steps wait for its
+        posts (see the module docstring)."""
+        with self._ready:
+            self._members += 1
+        try:
+            yield
+        finally:
+            with self._ready:
+                self._members -= 1
+                self._ready.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until some rows are posted (True) or ``timeout`` seconds pass (False)."""
@@ -102,30 +129,32 @@ class Batcher:
             posts = sorted(self._posts, key=lambda p: p.left)  # short first: blocks before prompts
         if not posts:
             return False
-        batch: list[Row] = []
-        parts: list[tuple[_Post, int, int]] = []  # post, rows fed now, outputs among them
+        parts: list[tuple[_Post, list[Row]]] = []  # post, the rows fed from it now
+        room = self.budget
         for post in posts:
-            take = min(post.left, self.budget - len(batch))
+            take = min(post.left, room)
             if take <= 0:
                 break
-            chunk = post.rows[post.fed : post.fed + take]
-            parts.append((post, take, sum(row.output for row in chunk)))
-            batch += chunk
+            parts.append((post, post.rows[post.fed : post.fed + take]))
+            room -= take
+        parts.sort(key=lambda part: part[1][0].seqs)  # see the module docstring: by sequence
+        batch = [row for _, chunk in parts for row in chunk]
         try:
             logits = self.context.decode(batch)
         except Exception as error:  # every waiting slot hears it; the stepper goes on
-            for post, _, _ in parts:
+            for post, _ in parts:
                 post.error = error
                 self._finish(post)
             return True
         self.steps += 1
         self.shared_steps += len(parts) > 1
         at = 0
-        for post, take, outputs in parts:
+        for post, chunk in parts:
+            outputs = sum(row.output for row in chunk)
             if outputs:
                 post.logits.append(logits[at : at + outputs].copy())
                 at += outputs
-            post.fed += take
+            post.fed += len(chunk)
             if not post.left:
                 self._finish(post)
         return True
@@ -147,15 +176,26 @@ class Stepper:
         self._stopped = False
 
     def run(self) -> None:
-        """Step until :meth:`stop` (on the thread that made the batchers)."""
+        """Step until :meth:`stop` (on the thread that made the batchers): once something is
+        posted, wait until every member of the target's batcher has posted (at most
+        :data:`GATHER_S`), then step."""
         ready = self.batchers[0]._ready
         while not self._stopped:
-            if any([batcher.step() for batcher in self.batchers]):
-                continue
             with ready:
-                ready.wait_for(
-                    lambda: self._stopped or any(b._posts for b in self.batchers), timeout=1.0
-                )
+                ready.wait_for(lambda: self._stopped or self._posts() > 0, timeout=1.0)
+                ready.wait_for(lambda: self._stopped or self._gathered(), timeout=GATHER_S)
+            while any([batcher.step() for batcher in self.batchers]) and self._all_posted():
+                pass  # everyone still waits for rows (a prompt read in chunks): step again
+
+    def _posts(self) -> int:
+        return sum(len(batcher._posts) for batcher in self.batchers)
+
+    def _gathered(self) -> bool:
+        return self._posts() >= self.batchers[0]._members
+
+    def _all_posted(self) -> bool:
+        with self.batchers[0]._ready:
+            return self._gathered()
 
     def stop(self) -> None:
         """End :meth:`run` after its current step."""
