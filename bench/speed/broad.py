@@ -14,7 +14,7 @@ packaged target and the build spec-decode loads, greedy, ``--tokens`` at most:
 Per workload: the speedup's min, p10 and median, the share of cases below 1.0x and 0.97x, tokens
 per target pass, plain passes and identity with target-only, and ours over llama-server.
 
-The planner is tuned on seed 1's cases only; report on another seed:
+Tune the planner on seed 0 or 1 (as ``bench/speed/planner_replay.py`` does); report on another:
 
     python bench/speed/broad.py --llama-server .../build/bin/llama-server --per-workload 10 --seed 2
 """
@@ -193,7 +193,7 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, help="llama-server binary (none: ours only)")
     parser.add_argument("--workloads", default=",".join(broad_sets.WORKLOADS))
     parser.add_argument("--per-workload", type=int, help="cases per workload (default: all)")
-    parser.add_argument("--seed", type=int, default=2, help="the sample (1 tunes the planner)")
+    parser.add_argument("--seed", type=int, default=2, help="the sample (0, 1 tuned the planner)")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--port", type=int, default=8093)
