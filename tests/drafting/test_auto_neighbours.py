@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from auto_helpers import FLAT, REPEATING, history, planner, watched
 
 from spec_decode import random_markov
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.neighbours import ALONE, Neighbours
+from spec_decode.drafting.neighbours import ALONE, Neighbours, call_seconds
 
 #: One call of B tokens on this kind of CPU, in one-token passes (shared/README.md).
 CALL = CostCurve(
@@ -37,12 +38,24 @@ def beside(neighbours: Neighbours) -> int:
 def test_a_long_bet_is_taken_beside_long_bets_and_not_beside_plain_decoders():
     solo = beside(ALONE)
     assert solo >= 15  # alone, a long copy pays
-    assert beside(Neighbours(count=3, rows=3)) <= 2  # three plain decoders would each wait
-    assert beside(Neighbours(count=3, rows=48)) >= solo  # three long bets: the call is long anyway
+    assert beside(Neighbours((1, 1, 1))) <= 2  # three plain decoders would each wait
+    assert beside(Neighbours((16, 16, 16))) >= solo  # three long bets: the call is long anyway
 
 
 def test_nothing_is_drafted_while_a_neighbour_reads_its_prompt():
-    reading = Neighbours(count=1, rows=1, reading_prompt=True)
+    reading = Neighbours((1,), reading_prompt=True)
     auto = replace(planner(FLAT, random_markov(8, seed=0), k_max=8), neighbours=lambda: reading)
     assert auto.plan(CODE, history(*[("draft", 8, 8)] * 10), 16)[:2] == ("", 0)
     assert auto.plan(CODE, COPYING, 16)[:2] == ("", 0)
+
+
+def test_a_call_costs_a_pass_for_every_split_llama_cpp_makes():
+    def c(n):
+        return CALL.target(n)
+
+    assert call_seconds(CALL, []) == 0.0
+    assert call_seconds(CALL, [5]) == c(5)
+    assert call_seconds(CALL, [1, 1, 1, 1]) == c(4)  # one token each: one pass
+    assert call_seconds(CALL, [1, 16, 1, 1]) == pytest.approx(c(4) + c(15))
+    assert call_seconds(CALL, [16, 16, 1, 1]) == pytest.approx(c(4) + c(30))
+    assert call_seconds(CALL, [0, 3]) == c(3)

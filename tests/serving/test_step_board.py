@@ -15,14 +15,14 @@ def stepping(steps: list[Step]):
 def test_a_request_reads_its_prompt_until_its_first_step_ends():
     board = StepBoard()
     with board.running(0), board.running(1):
-        assert board.neighbours(0) == Neighbours(count=1, reading_prompt=True)
+        assert board.neighbours(0) == Neighbours((1,), reading_prompt=True)
         board.posting(1, stepping([Step([5])]))([], 4, None, None)
-        assert board.neighbours(0) == Neighbours(count=1, rows=1)
-        assert board.neighbours(1) == Neighbours(count=1, reading_prompt=True)  # 0 posted none
+        assert board.neighbours(0) == Neighbours((1,))
+        assert board.neighbours(1) == Neighbours((1,), reading_prompt=True)  # 0 posted none
     assert board.neighbours(0) == ALONE
 
 
-def test_neighbours_add_their_recent_mean_rows():
+def test_each_neighbour_posts_its_recent_mean_rows():
     board = StepBoard()
     blocks = [Step([1] * 9, drafted=15, accepted=8)] * WINDOW + [Step([1])] * WINDOW
     with board.running(0), board.running(1), board.running(2):
@@ -30,8 +30,8 @@ def test_neighbours_add_their_recent_mean_rows():
         for _ in range(WINDOW):
             one([], 99, None, None)
             two([], 99, None, None)
-        assert board.neighbours(0) == Neighbours(count=2, rows=16 + 1)
+        assert board.neighbours(0) == Neighbours((16, 1))
         for _ in range(WINDOW):  # only the last WINDOW steps count
             one([], 99, None, None)
-        assert board.neighbours(0) == Neighbours(count=2, rows=2)
-        assert board.neighbours(1) == Neighbours(count=2, rows=1, reading_prompt=True)
+        assert board.neighbours(0) == Neighbours((1, 1))
+        assert board.neighbours(1) == Neighbours((1, 1), reading_prompt=True)

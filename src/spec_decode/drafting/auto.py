@@ -51,7 +51,7 @@ from spec_decode.core.trace import Trace
 from spec_decode.drafting.copy_survival import copy_survival
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.neighbours import ALONE, Neighbours
+from spec_decode.drafting.neighbours import ALONE, Neighbours, call_seconds
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
@@ -162,7 +162,7 @@ class AutoPlanner:
         def rate(expected: float, rows: int, draft_seconds: float = 0.0) -> float:
             """This option's expected tokens per second, its call's cost counted once for each
             request waiting on it (alone: tokens per second)."""
-            seconds = self.costs.target(rows + shared.rows) + draft_seconds
+            seconds = call_seconds(self.costs, (rows, *shared.rows)) + draft_seconds
             return expected / seconds ** (shared.count + 1)
 
         best, best_rate = ("", 0), rate(1.0 + self.margin, 1)

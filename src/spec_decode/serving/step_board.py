@@ -61,9 +61,10 @@ class StepBoard:
         return posted
 
     def neighbours(self, key: int) -> Neighbours:
-        """The requests other than ``key``: how many, their mean rows a step, summed, and
-        whether one of them has not finished a step yet (it reads its prompt)."""
+        """The requests other than ``key``: each one's mean rows a step (1 before its first
+        step ends), and whether one of them has not finished a step yet (it reads its
+        prompt)."""
         with self._lock:
             others = [list(posts.rows) for other, posts in self._posts.items() if other != key]
-        rows = sum(sum(r) / len(r) for r in others if r)
-        return Neighbours(len(others), round(rows), reading_prompt=not all(others))
+        rows = tuple(round(sum(r) / len(r)) if r else 1 for r in others)
+        return Neighbours(rows, reading_prompt=not all(others))
