@@ -48,7 +48,7 @@ from spec_decode.core.steps import StepFunction
 from spec_decode.drafting.auto import AutoPlanner, auto_planner
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.drafters import ModelDrafter
-from spec_decode.drafting.rule_choice import rule_by_name
+from spec_decode.drafting.rule_choice import RuleChoice, rule_by_name
 from spec_decode.drafting.suffix import SuffixHistory
 from spec_decode.serving.completion import Completion, Piece, StepCallback
 from spec_decode.serving.config import EngineConfig
@@ -262,7 +262,7 @@ class Engine:
             self.board.running(slot.index),
             self._member(),
         ):
-            step, recorder = self._request_step(request, slot)
+            step, recorder = self._request_step(request, choice, slot)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
             cached = slot.keep_reusable(ids, self.config.reuse_cache)
 
@@ -313,7 +313,7 @@ class Engine:
         return self.target.batcher.member() if self.batchers else contextlib.nullcontext()
 
     def _request_step(
-        self, request: GenerationRequest, slot: Slot
+        self, request: GenerationRequest, choice: RuleChoice, slot: Slot
     ) -> tuple[StepFunction, RowRecorder | None]:
         """The request's step function over the slot's models with its processors, posting its
         steps on the board, and the recorder of its rows when it asks for logprobs
@@ -324,8 +324,7 @@ class Engine:
         draft = None if slot.draft is None else processed(slot.draft, options, start, grammar)
         recorder = None if options.logprobs is None else RowRecorder(target, options.logprobs)
         # a seeded sample under the standard rule depends on its drafts: it plans alone
-        alone = not self.config.rule_for(options).coupled
-        alone = alone and options.sampling.temperature > 0 and options.seed is not None
+        alone = not choice.coupled and options.sampling.temperature > 0 and options.seed is not None
 
         def auto(model: ModelDrafter | None) -> AutoPlanner:
             if self.costs is None:

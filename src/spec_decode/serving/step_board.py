@@ -13,7 +13,6 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.steps import StepFunction
@@ -24,30 +23,23 @@ from spec_decode.drafting.neighbours import Neighbours
 WINDOW = 4
 
 
-@dataclass
-class _Posts:
-    """The rows one request scored in each of its last :data:`WINDOW` steps."""
-
-    rows: deque[int] = field(default_factory=lambda: deque(maxlen=WINDOW))
-
-
 class StepBoard:
     """What each running request fed its last steps, by key (its slot)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._posts: dict[int, _Posts] = {}
+        self._rows: dict[int, deque[int]] = {}  # the rows of each request's last WINDOW steps
 
     @contextlib.contextmanager
     def running(self, key: int) -> Iterator[None]:
         """The request on slot ``key`` is on the board while the block runs."""
         with self._lock:
-            self._posts[key] = _Posts()
+            self._rows[key] = deque(maxlen=WINDOW)
         try:
             yield
         finally:
             with self._lock:
-                del self._posts[key]
+                del self._rows[key]
 
     def posting(self, key: int, step: StepFunction) -> StepFunction:
         """``step``, posting the rows of each of its steps under ``key``."""
@@ -55,7 +47,7 @@ class StepBoard:
         def posted(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
             done = step(context, remaining, trace, source)
             with self._lock:
-                self._posts[key].rows.append(done.drafted + 1)
+                self._rows[key].append(done.drafted + 1)
             return done
 
         return posted
@@ -65,6 +57,6 @@ class StepBoard:
         step ends), and whether one of them has not finished a step yet (it reads its
         prompt)."""
         with self._lock:
-            others = [list(posts.rows) for other, posts in self._posts.items() if other != key]
+            others = [list(rows) for other, rows in self._rows.items() if other != key]
         rows = tuple(round(sum(r) / len(r)) if r else 1 for r in others)
         return Neighbours(rows, reading_prompt=not all(others))
