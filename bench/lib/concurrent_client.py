@@ -161,28 +161,32 @@ def second_user(
     short: Request,
     tokens: tuple[int, int],
     delay: float,
+    slots: int,
 ) -> dict[str, object]:
     """``longs`` streamed at once (at most ``tokens[0]`` tokens each); ``delay`` seconds after
-    the first of them streamed its first text, ``short`` (at most ``tokens[1]``) is sent. Its
-    time to first token, and how many long answers were streaming when it came; the long
-    answers are then cancelled (their streams closed)."""
+    every one of them that holds one of the server's ``slots`` streamed its first text (the
+    second user arrives while the others' answers stream), ``short`` (at most ``tokens[1]``)
+    is sent. Its time to first token, and how many long answers were streaming when it came;
+    the long answers are then cancelled (their streams closed)."""
     spans: dict[int, tuple[float | None, float | None]] = {}
     errors: list[BaseException] = []
-    first_text, stop = threading.Event(), threading.Event()
+    streaming, stop = Countdown(min(len(longs), slots)), threading.Event()
 
     def long(i: int) -> None:
+        spans[i] = (None, None)
         try:
-            spans[i] = _stream_until(server, variant, longs[i].body, tokens[0], first_text, stop)
+            spans[i] = _stream_until(server, variant, longs[i].body, tokens[0], streaming, stop)
         except BaseException as error:  # re-raised in the caller
             errors.append(error)
-        first_text.set()  # an answer that ended or failed without text must not block the probe
+        if spans[i][0] is None:  # an answer that ended or failed without text: no wait for it
+            streaming.arrive()
 
     threads = [threading.Thread(target=long, args=(i,)) for i in range(len(longs))]
     began = time.perf_counter()
     for thread in threads:
         thread.start()
     try:
-        first_text.wait()
+        streaming.wait()
         time.sleep(delay)
         probe = timed(server, variant, short, tokens[1])
     finally:
@@ -194,7 +198,7 @@ def second_user(
     if probe["ttft_s"] is None:
         raise RuntimeError(f"{variant.name}: the second user's request streamed no text")
     at = probe["sent"] + probe["ttft_s"]
-    streaming = sum(
+    streaming_then = sum(
         first is not None and last is not None and first < at < last
         for first, last in spans.values()
     )
@@ -202,8 +206,24 @@ def second_user(
         "ttft_s": probe["ttft_s"],
         "sent_after_s": probe["sent"] - began,
         "longs": len(longs),
-        "longs_streaming_at_first_token": streaming,
+        "longs_streaming_at_first_token": streaming_then,
     }
+
+
+class Countdown:
+    """Waits until ``count`` arrivals (each long answer's first text, or its end)."""
+
+    def __init__(self, count: int) -> None:
+        self._left, self._zero = count, threading.Condition()
+
+    def arrive(self) -> None:
+        with self._zero:
+            self._left -= 1
+            self._zero.notify_all()
+
+    def wait(self) -> None:
+        with self._zero:
+            self._zero.wait_for(lambda: self._left <= 0)
 
 
 def _stream_until(
@@ -211,12 +231,12 @@ def _stream_until(
     variant: Variant,
     body: dict[str, object],
     tokens: int,
-    first_text: threading.Event,
+    streaming: Countdown,
     stop: threading.Event,
 ) -> tuple[float | None, float | None]:
     """``body`` streamed greedily until it ends or ``stop`` is set (then its stream is closed,
-    which cancels it); sets ``first_text`` at its first text. When its first and its last text
-    came (``time.perf_counter``; None without text)."""
+    which cancels it); arrives at ``streaming`` at its first text. When its first and its last
+    text came (``time.perf_counter``; None without text)."""
     client, model = server.client()
     create = client.chat.completions.create if "messages" in body else client.completions.create
     stream = create(
@@ -235,8 +255,9 @@ def _stream_until(
                 piece = choice.delta.content if "messages" in body else choice.text
                 if piece:
                     last = time.perf_counter()
-                    first = first or last
-                    first_text.set()
+                    if first is None:
+                        first = last
+                        streaming.arrive()
             if stop.is_set():
                 break
     return first, last

@@ -106,10 +106,10 @@ def markdown(results: dict) -> str:
         "tok/s: completion tokens of all requests over the wall time from the first sent to the "
         "last answer's end. TTFT: time to the first streamed text. Second user: with N clients, "
         f"N - 1 long answers (code edits, up to {setup['probe_tokens']} tokens) stream and, "
-        f"{setup['probe_delay']} s after the first of them streamed text, a short question is "
-        "sent: seconds to its first text (* where no long answer was streaming any more). Same "
-        "as solo: answers (streamed text) equal to the same request's answer alone on a fresh "
-        "server of the same variant.",
+        f"{setup['probe_delay']} s after every one of them holding a slot streamed text, a short "
+        "question is sent: seconds to its first text (* where no long answer was streaming any "
+        "more). Same as solo: answers (streamed text) equal to the same request's answer alone "
+        "on a fresh server of the same variant.",
         "",
         "| variant | clients | tok/s | TTFT median s | TTFT p95 s | second user s | "
         "same as solo, greedy | same as solo, seeded |",

@@ -13,8 +13,9 @@ at each client count.
 
 Per variant and client count: aggregate tokens/s (completion tokens over the wall time of all
 requests), time to first token (median, p95), the second user's first token (N - 1 long answers
-stream, and a short question is sent ``--probe-delay`` s after their first streamed text; the
-long answers are cancelled once it has answered), and how many answers equal the same request's
+stream, and a short question is sent ``--probe-delay`` s after every one of them holding a slot
+streamed text, so that it arrives while they stream; the long answers are cancelled once it has
+answered), and how many answers equal the same request's
 answer alone on a fresh server of the same variant (greedy and seeded, by streamed text: these
 endpoints return no token ids).
 
@@ -206,8 +207,9 @@ def concurrent_runs(
                 if clients > 1:
                     lengths = (args.probe_tokens, 16)
                     probe = second_user(
-                        server, variant, longs[: clients - 1], short, lengths, args.probe_delay
-                    )
+                        server, variant, longs[: clients - 1], short, lengths, args.probe_delay,
+                        args.slots,
+                    )  # fmt: skip
             finally:
                 server.stop()
             runs[variant.name][str(clients)] = {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -197,4 +198,34 @@ def test_a_prompt_longer_than_the_budget_is_fed_in_chunks(gguf):
             batcher.wait(0.005)
     thread.join()
     assert batcher.steps == 4 and result[0].shape == (1, VOCAB)  # 16 + 16 + 16 + 2 rows
+    context.close()
+
+
+def test_a_step_feeds_blocks_whole_and_then_the_shortest_prompt_alone(gguf):
+    """A second prompt in the call would delay the first one's first token by its own cost."""
+    context = LlamaContext(gguf, n_threads=2, n_ctx=WINDOW, n_seq=3, unified=False)
+    batcher = Batcher(context, budget=32)
+    calls: list[list[tuple[int, int]]] = []
+    decode = context.decode
+
+    def recorded(rows):
+        calls.append(sorted(Counter(row.seqs[0] for row in rows).items()))
+        return decode(rows)
+
+    context.decode = recorded
+    posts = [
+        [Row(t, i, (0,), i == 11) for i, t in enumerate(range(10, 22))],  # a prompt of 12
+        [Row(t, i, (1,), i == 5) for i, t in enumerate(range(30, 36))],  # a prompt of 6
+        [Row(t, i, (2,), True) for i, t in enumerate((40, 41))],  # a block of 2
+    ]
+    threads = [threading.Thread(target=batcher.decode, args=(rows,)) for rows in posts]
+    for thread in threads:
+        thread.start()
+    while batcher.pending < len(posts):
+        time.sleep(0.005)
+    while batcher.step():
+        pass
+    for thread in threads:
+        thread.join()
+    assert calls == [[(1, 6), (2, 2)], [(0, 12)]]
     context.close()

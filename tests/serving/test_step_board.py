@@ -1,10 +1,12 @@
-"""The step board: what each running request posts for its neighbours' planners."""
+"""The step board: the offers running requests post for each other's planners."""
 
 from __future__ import annotations
 
 from spec_decode.core.trace import Step
-from spec_decode.drafting.neighbours import ALONE, Neighbours
+from spec_decode.drafting.shared_call import Option, SharedCall, fixed
 from spec_decode.serving.step_board import WINDOW, StepBoard
+
+OFFER = (Option(1, 1.1), Option(9, 6.0, 0.0, "lookup"))
 
 
 def stepping(steps: list[Step]):
@@ -13,25 +15,25 @@ def stepping(steps: list[Step]):
 
 
 def test_a_request_reads_its_prompt_until_its_first_step_ends():
-    board = StepBoard()
+    board = StepBoard(64)
     with board.running(0), board.running(1):
-        assert board.neighbours(0) == Neighbours((1,), reading_prompt=True)
+        assert board.share(0, OFFER) == SharedCall((OFFER, fixed(1)), 0, True, 64)
         board.posting(1, stepping([Step([5])]))([], 4, None, None)
-        assert board.neighbours(0) == Neighbours((1,))
-        assert board.neighbours(1) == Neighbours((1,), reading_prompt=True)  # 0 posted none
-    assert board.neighbours(0) == ALONE
+        assert board.share(0, OFFER) == SharedCall((OFFER, fixed(1)), 0, False, 64)
+        assert board.share(1, OFFER).reading_prompt  # 0 has finished no step
+    with board.running(3):
+        assert board.share(3, OFFER).alone
 
 
-def test_each_neighbour_posts_its_recent_mean_rows():
+def test_offers_come_in_slot_order_and_a_request_without_one_offers_its_recent_rows():
     board = StepBoard()
     blocks = [Step([1] * 9, drafted=15, accepted=8)] * WINDOW + [Step([1])] * WINDOW
-    with board.running(0), board.running(1), board.running(2):
+    with board.running(2), board.running(0), board.running(1):
         one, two = board.posting(1, stepping(blocks)), board.posting(2, stepping([Step([1])] * 9))
         for _ in range(WINDOW):
             one([], 99, None, None)
             two([], 99, None, None)
-        assert board.neighbours(0) == Neighbours((16, 1))
+        assert board.share(2, OFFER) == SharedCall((fixed(1), fixed(16), OFFER), 2, True)
         for _ in range(WINDOW):  # only the last WINDOW steps count
             one([], 99, None, None)
-        assert board.neighbours(0) == Neighbours((1, 1))
-        assert board.neighbours(1) == Neighbours((1, 1), reading_prompt=True)
+        assert board.share(1, OFFER).offers == (fixed(1), OFFER, OFFER)

@@ -14,12 +14,11 @@ accepted with probability a (:func:`~spec_decode.drafting.policies.expected_toke
 ``cost`` the calibrated :class:`~spec_decode.drafting.costs.CostCurve`. The option with the most
 expected tokens per second wins if it beats a plain pass by ``margin``; ties go to the cheaper
 option listed first, so with no evidence of gain the policy decodes plainly. On a server whose
-requests share each call, an option is priced on the whole call, its neighbours' rates counting
-as much as its own (:mod:`spec_decode.drafting.neighbours`), and nothing is drafted while a
-neighbour reads its prompt. Where a draft token
-costs a large fraction of a target token and a 2-token pass far more than a 1-token one (a CPU),
-no acceptance rate makes the draft model pay, and it is never chosen
-(:func:`draft_model_can_pay`).
+requests share each call, the requests choose their blocks together, each offering its options
+and solving the whole call (:mod:`spec_decode.drafting.shared_call`), and nothing is drafted
+while one of them reads its prompt. Where a draft token costs a large fraction of a target token
+and a 2-token pass far more than a 1-token one (a CPU), no acceptance rate makes the draft model
+pay, and it is never chosen (:func:`draft_model_can_pay`).
 
 Acceptance is estimated over recent steps, with a Beta prior. For the draft model it
 is one rate, from the drafts it actually had verified
@@ -51,8 +50,8 @@ from spec_decode.core.trace import Trace
 from spec_decode.drafting.copy_survival import copy_survival
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.lookup import PromptLookupDrafter
-from spec_decode.drafting.neighbours import ALONE, Neighbours, call_seconds
 from spec_decode.drafting.policies import estimated_alpha, expected_tokens_per_pass
+from spec_decode.drafting.shared_call import ALONE, Offer, Option, SharedCall, joint_plan
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
 #: How much better than a plain pass an option's expected rate must be to be chosen.
@@ -98,11 +97,12 @@ class AutoPlanner:
         Draft only when the best option's expected rate beats a plain pass by this fraction:
         estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
         little room to gain.
-    neighbours
-        What the other requests of a shared call add to it, asked before every step (``None``:
-        the request is alone). Under greedy controls or the coupled rule the output does not
-        depend on the plan; a sampled request under the standard rule with a seed must plan
-        alone, or its output would depend on its neighbours.
+    share
+        Posts this request's offer for the next call and returns every running request's
+        (:class:`~spec_decode.drafting.shared_call.SharedCall`), asked before every step but the
+        first (``None``: the request is alone). Under greedy controls or the coupled rule the
+        output does not depend on the plan; a sampled request under the standard rule with a
+        seed must plan alone, or its output would depend on its neighbours.
     """
 
     costs: CostCurve
@@ -116,7 +116,7 @@ class AutoPlanner:
     copy_memory: int = 64
     caution: float = 1.0
     margin: float = MARGIN
-    neighbours: Callable[[], Neighbours] | None = None
+    share: Callable[[Offer], SharedCall] | None = None
 
     def __post_init__(self) -> None:
         if not self.drafters or len({d.vocab_size for d in self.drafters.values()}) != 1:
@@ -149,30 +149,41 @@ class AutoPlanner:
 
     def plan(self, context: list[int], trace: Trace, k_max: int) -> Plan:
         """The drafter and k with the most expected tokens per second (("", 0): a plain target
-        pass), with every deterministic drafter's proposal (at most ``k_max`` tokens).
+        pass), with every deterministic drafter's proposal (at most ``k_max`` tokens); beside
+        other requests, this request's part of the whole call's best plan
+        (:mod:`spec_decode.drafting.shared_call`).
 
         The first step of a generation is a plain pass, planned without asking any drafter: it
         reads the prompt, and its token is the first to stream, as soon as target-only decoding
         would stream it (drafts scored in the same call would delay it by their cost, and so
-        would a drafter indexing a long prompt before it). So is every step while a neighbour
-        reads its prompt."""
-        shared = self.neighbours() if self.neighbours is not None else ALONE
+        would a drafter indexing a long prompt before it). So is every step while another
+        request reads its prompt."""
         cap = min(self.k_max, k_max)
-
-        def rate(expected: float, rows: int, draft_seconds: float = 0.0) -> float:
-            """This option's expected tokens per second, its call's cost counted once for each
-            request waiting on it (alone: tokens per second)."""
-            seconds = call_seconds(self.costs, (rows, *shared.rows)) + draft_seconds
-            return expected / seconds ** (shared.count + 1)
-
-        best, best_rate = ("", 0), rate(1.0 + self.margin, 1)
-        if cap == 0 or trace.target_passes == 0 or shared.reading_prompt:
-            return Plan(*best)
+        if cap == 0 or trace.target_passes == 0:
+            return Plan("", 0)
         proposals = {
             name: drafter.propose_tokens(context, cap)
             for name, drafter in self.drafters.items()
             if name != self.model
         }
+        offer = self._offer(trace, proposals, cap)
+        shared = self.share(offer) if self.share is not None else ALONE
+        if shared.reading_prompt:
+            return Plan("", 0, proposals)
+        if shared.alone:
+            best = offer[0]  # ties go to the option with fewer rows
+            for option in offer[1:]:
+                if _rate(option, self.costs) > _rate(best, self.costs):
+                    best = option
+        else:
+            best = offer[joint_plan(self.costs, shared.offers, shared.budget)[shared.mine]]
+        return Plan(best.drafter, best.rows - 1, proposals)
+
+    def _offer(self, trace: Trace, proposals: Mapping[str, list[int]], cap: int) -> Offer:
+        """This step's options, the best (alone) for each number of rows, fewest rows first: a
+        plain pass, worth ``1 + margin`` tokens so that drafting must beat it by the margin,
+        every prefix of every deterministic proposal, and the draft model's k = 1..``cap``."""
+        options = [Option(1, 1.0 + self.margin)]
         for name, proposal in proposals.items():
             survival = copy_survival(
                 trace,
@@ -186,18 +197,26 @@ class AutoPlanner:
             expected = 1.0
             for j, surviving in enumerate(survival, start=1):
                 expected += surviving
-                if rate(expected, j + 1) > best_rate:
-                    best, best_rate = (name, j), rate(expected, j + 1)
+                options.append(Option(j + 1, expected, 0.0, name))
         if self.model is not None:
             alpha = estimated_alpha(
                 trace, self.prior_alpha, self.prior_weight, self.model, self.memory
             )
             draft = self.costs.draft_seconds or 0.0
             for k in range(1, cap + 1):
-                option = rate(expected_tokens_per_pass(alpha, k), k + 1, k * draft)
-                if option > best_rate:
-                    best, best_rate = (self.model, k), option
-        return Plan(*best, proposals)
+                expected = expected_tokens_per_pass(alpha, k)
+                options.append(Option(k + 1, expected, k * draft, self.model))
+        best: dict[int, Option] = {}
+        for option in options:  # the first of equally good options stays
+            kept = best.get(option.rows)
+            if kept is None or _rate(option, self.costs) > _rate(kept, self.costs):
+                best[option.rows] = option
+        return tuple(best[rows] for rows in sorted(best))
+
+
+def _rate(option: Option, costs: CostCurve) -> float:
+    """An option's expected tokens per second, alone."""
+    return option.expected / (costs.target(option.rows) + option.draft_seconds)
 
 
 def draft_model_can_pay(
@@ -241,7 +260,7 @@ def auto_planner(
     k_max: int = 16,
     history: SuffixHistory | None = None,
     suffix: SuffixDrafter | None = None,
-    neighbours: Callable[[], Neighbours] | None = None,
+    share: Callable[[Offer], SharedCall] | None = None,
 ) -> AutoPlanner:
     """The default auto planner: prompt lookup of short and of long matches, the suffix drafter
     (reading ``history``, the earlier requests' sequences, when given), plus ``model_drafter``
@@ -256,7 +275,7 @@ def auto_planner(
     prior mean is :data:`LONG_MATCH_PRIOR`. All propose no further than the longest pass
     ``costs`` measured: beyond it the cost is extrapolated, not known. ``suffix`` is a suffix
     drafter kept from earlier requests (:func:`suffix_drafter`, the same arguments), in place of
-    a new one; ``neighbours`` says what the requests sharing its calls add to them
+    a new one; ``share`` trades offers with the requests sharing its calls
     (:class:`AutoPlanner`)."""
     longest = longest_proposal(costs, k_max)
     if suffix is None:
@@ -276,5 +295,5 @@ def auto_planner(
         None if model_drafter is None else "draft",
         k_max,
         priors={"long_lookup": LONG_MATCH_PRIOR},
-        neighbours=neighbours,
+        share=share,
     )

@@ -20,8 +20,8 @@ wrapped around both models for that request alone: every row the target scores, 
 included, is processed with its own history, so the output stays target-only decoding's.
 
 Requests run at once on slots (:mod:`.slots`); their models' calls meet on the engine's thread,
-and each request's auto planner prices its block on the shared call, reading what its neighbours
-post on the :class:`~.step_board.StepBoard` (:mod:`spec_decode.drafting.neighbours`).
+and their auto planners choose their blocks together, trading offers on the
+:class:`~.step_board.StepBoard` (:mod:`spec_decode.drafting.shared_call`).
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ class Engine:
     notes: tuple[str, ...] = ()
     slots: SlotTable = field(init=False, repr=False)
     _history: IdleHistory = field(init=False, repr=False)
-    #: the running requests' recent steps, for their neighbours' auto planners
-    board: StepBoard = field(default_factory=StepBoard, repr=False)
+    #: the running requests' offers for the next shared call, for each other's auto planners
+    board: StepBoard = field(init=False, repr=False)
     _tokenizer: SerializedTokenizer = field(init=False, repr=False)
     _grammar_tokenizer: Any = field(default=None, init=False, repr=False)
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -92,6 +92,7 @@ class Engine:
         drafts = self.draft.slots if self.draft is not None else None
         self.slots = SlotTable(self.target.slots[: self.n_slots], drafts)
         self._history = IdleHistory(self.history)
+        self.board = StepBoard(self.batchers[0].budget if self.batchers else None)
 
     @property
     def n_slots(self) -> int:
@@ -331,11 +332,10 @@ class Engine:
                 raise ValueError("the auto policy needs the cost curve")
             history = self.history if self.config.shared_history and not alone else None
             suffix = slot.suffix_drafter(self.costs, self.k, history)
-            neighbours = None if alone else partial(self.board.neighbours, slot.index)
+            share = None if alone else partial(self.board.share, slot.index)
             return auto_planner(
-                self.costs, slot.target.vocab_size, model, self.k, suffix.history, suffix,
-                neighbours,
-            )  # fmt: skip
+                self.costs, slot.target.vocab_size, model, self.k, suffix.history, suffix, share
+            )
 
         step = request_step(self.config, options, recorder or target, draft, self.k, auto)
         return self.board.posting(slot.index, step), recorder

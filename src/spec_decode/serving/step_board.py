@@ -1,10 +1,11 @@
-"""The running requests' recent steps, posted for their neighbours' planners.
+"""The running requests' offers for the next shared call, posted for each other's planners.
 
 Requests on different slots are scored together, one call per step
-(:mod:`spec_decode.backends.llamacpp.slots`), so each request's auto planner prices its block on
-the whole call (:mod:`spec_decode.drafting.neighbours`). This board is where it reads what the
-others add: every running request posts the rows of its last few steps here, and is taken to
-be reading its prompt until its first step ends.
+(:mod:`spec_decode.backends.llamacpp.slots`), so their auto planners choose their blocks together
+(:mod:`spec_decode.drafting.shared_call`). This board is where they meet: an auto planner posts
+its offer before each step and reads everyone's; a request planned otherwise (target-only, a
+fixed k) offers the mean rows of its last few steps. A request is taken to be reading its prompt
+until its first step ends.
 """
 
 from __future__ import annotations
@@ -13,33 +14,50 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from spec_decode.core.randomness import RandomSource
 from spec_decode.core.steps import StepFunction
 from spec_decode.core.trace import Step, Trace
-from spec_decode.drafting.neighbours import Neighbours
+from spec_decode.drafting.shared_call import Offer, SharedCall, fixed
 
-#: Steps of each request that its neighbours' estimate reads.
+#: Steps of each request that its fixed offer is the mean of.
 WINDOW = 4
 
 
-class StepBoard:
-    """What each running request fed its last steps, by key (its slot)."""
+@dataclass
+class _Entry:
+    """What a running request posted: the rows of its last steps, and its last offer."""
 
-    def __init__(self) -> None:
+    rows: deque[int] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    offer: Offer | None = None
+
+    @property
+    def current(self) -> Offer:
+        if self.offer is not None:
+            return self.offer
+        return fixed(round(sum(self.rows) / len(self.rows)) if self.rows else 1)
+
+
+class StepBoard:
+    """What each running request posted, by key (its slot); ``budget`` is the most rows one
+    call holds (None: no bound)."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = budget
         self._lock = threading.Lock()
-        self._rows: dict[int, deque[int]] = {}  # the rows of each request's last WINDOW steps
+        self._entries: dict[int, _Entry] = {}
 
     @contextlib.contextmanager
     def running(self, key: int) -> Iterator[None]:
         """The request on slot ``key`` is on the board while the block runs."""
         with self._lock:
-            self._rows[key] = deque(maxlen=WINDOW)
+            self._entries[key] = _Entry()
         try:
             yield
         finally:
             with self._lock:
-                del self._rows[key]
+                del self._entries[key]
 
     def posting(self, key: int, step: StepFunction) -> StepFunction:
         """``step``, posting the rows of each of its steps under ``key``."""
@@ -47,16 +65,17 @@ class StepBoard:
         def posted(context: list[int], remaining: int, trace: Trace, source: RandomSource) -> Step:
             done = step(context, remaining, trace, source)
             with self._lock:
-                self._rows[key].append(done.drafted + 1)
+                self._entries[key].rows.append(done.drafted + 1)
             return done
 
         return posted
 
-    def neighbours(self, key: int) -> Neighbours:
-        """The requests other than ``key``: each one's mean rows a step (1 before its first
-        step ends), and whether one of them has not finished a step yet (it reads its
-        prompt)."""
+    def share(self, key: int, offer: Offer) -> SharedCall:
+        """Post ``offer`` for the request on slot ``key``; every running request's offer, by
+        key, and whether one of them has not finished a step yet (it reads its prompt)."""
         with self._lock:
-            others = [list(rows) for other, rows in self._rows.items() if other != key]
-        rows = tuple(round(sum(r) / len(r)) if r else 1 for r in others)
-        return Neighbours(rows, reading_prompt=not all(others))
+            self._entries[key].offer = offer
+            keys = sorted(self._entries)
+            offers = tuple(self._entries[k].current for k in keys)
+            reading = not all(self._entries[k].rows for k in keys if k != key)
+        return SharedCall(offers, keys.index(key), reading, self.budget)

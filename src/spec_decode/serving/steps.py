@@ -46,8 +46,8 @@ def request_step(
     """The step function of one request decoded as ``options`` say, scoring with ``target``
     (the target model, or a recorder around it) and drafting with ``draft`` (the draft model or
     None, both with the request's processors), at most ``k`` drafted tokens a step. The auto
-    policy's planner comes from ``auto``: the engine's cost curve, suffix drafter and
-    neighbours are its to give."""
+    policy's planner comes from ``auto``: the engine's cost curve, suffix drafter and step
+    board are its to give."""
     choice, sampling = config.rule_for(options), options.sampling
     if options.target_only or config.draft == NO_DRAFT:
         return target_step(target, sampling)

@@ -5,9 +5,12 @@ Each slot is a :class:`~.model.LlamaCppModel` on a sequence of its own of a shar
 When a slot needs rows it posts them (:meth:`Batcher.decode`) and waits. One thread runs
 :meth:`Batcher.step` over and over (llama.cpp keeps a team of OpenMP threads for each calling
 thread, so every decode comes from one): each step feeds what the slots have posted in ONE
-``llama_decode`` of at most :attr:`Batcher.budget` tokens, short posts (verification blocks) whole
-and first, long ones (prompts) in chunks of what the budget leaves, and hands each slot its rows.
-A long prompt therefore delays the others by one chunk a step, never by its whole length.
+``llama_decode`` of at most :attr:`Batcher.budget` tokens, verification blocks whole and first,
+then the prompt with the fewest tokens left in a chunk of what the budget leaves, and hands each
+slot its rows. A long prompt therefore delays the others by one chunk a step, never by its whole
+length; and prompts are read shortest first, one a step, since a prompt's tokens cost about as
+much together as apart (a pass over a CPU's weights is bound by arithmetic beyond a few rows): a
+second prompt in the call would delay the first one's first token by its own tokens' cost.
 
 Each step waits, after the first post, until every running request (a :meth:`Batcher.member`)
 has posted, at most :data:`GATHER_S`, so that their rows share one call rather than each taking
@@ -59,6 +62,11 @@ class _Post:
     @property
     def left(self) -> int:
         return len(self.rows) - self.fed
+
+    @property
+    def is_prompt(self) -> bool:
+        """Rows read for their cache, not scored: a prompt (a block's every row is output)."""
+        return not all(row.output for row in self.rows)
 
 
 class Batcher:
@@ -126,17 +134,17 @@ class Batcher:
         """Feed one call's worth of what is posted (on the decoding thread); False if nothing
         was."""
         with self._ready:
-            posts = sorted(self._posts, key=lambda p: p.left)  # short first: blocks before prompts
+            posts = sorted(self._posts, key=lambda p: (p.is_prompt, p.left))  # blocks first
         if not posts:
             return False
         parts: list[tuple[_Post, list[Row]]] = []  # post, the rows fed from it now
-        room = self.budget
+        room, prompts = self.budget, 0
         for post in posts:
             take = min(post.left, room)
-            if take <= 0:
+            if take <= 0 or (post.is_prompt and prompts):
                 break
             parts.append((post, post.rows[post.fed : post.fed + take]))
-            room -= take
+            room, prompts = room - take, prompts + post.is_prompt
         parts.sort(key=lambda part: part[1][0].seqs)  # see the module docstring: by sequence
         batch = [row for _, chunk in parts for row in chunk]
         try:

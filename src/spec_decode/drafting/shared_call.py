@@ -1,0 +1,133 @@
+"""One step's blocks for every request of a shared call, chosen together.
+
+With several requests on one server, their blocks are scored together, one call per step
+(:mod:`spec_decode.backends.llamacpp.slots`), and every request in it waits for the whole call.
+So each request's auto planner (:class:`~spec_decode.drafting.auto.AutoPlanner`) offers its
+options for the next call, an :class:`Option` for each block length it could feed with the
+tokens that block is expected to emit, and reads every other request's offer; it then solves
+the whole call (:func:`joint_plan`) and feeds its own part of the solution. Every request solves
+the same problem from the same offers, in the same order, so they agree on it.
+
+The solution maximises the product of the requests' token rates (proportional fairness): the sum
+over requests of log(expected tokens) minus, for each request waiting on it, log(seconds of the
+call). Alone that is the solo objective, expected tokens per second. Choosing together is what
+lets requests that could all copy long do so: one long block beside three plain decoders would
+slow each of them more than it gains, but four long blocks cost little more than one, and a
+planner that only weighed its own move against its neighbours' last moves would never leave
+plain decoding.
+
+What a call costs follows llama.cpp, which splits a call on a cache with cells per sequence into
+micro-batches taking as many rows from every sequence with rows left as the fewest has, each a
+pass of its own over the weights (:func:`call_seconds`). One token from each of four sequences
+is one pass; a block of 16 beside three single tokens is two, the second as dear as the block
+alone. A call holds at most ``budget`` rows (the exact block size: more would not score exactly),
+so a joint plan never asks for more; and while a request reads its prompt every drafted row would
+take the place of one of its prompt tokens, so nobody drafts and speculation never delays a
+neighbour's first token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from spec_decode.drafting.costs import CostCurve
+
+
+@dataclass(frozen=True)
+class Option:
+    """Feeding ``rows`` rows to the next call, after ``draft_seconds`` of drafting, is expected
+    to emit ``expected`` tokens (``drafter`` names where the drafts come from; "" none)."""
+
+    rows: int
+    expected: float
+    draft_seconds: float = 0.0
+    drafter: str = ""
+
+
+#: What one request could feed the next call: its options, fewest rows first (one, for a
+#: request whose blocks are not planned here: its recent rows).
+Offer = tuple[Option, ...]
+
+
+@dataclass(frozen=True)
+class SharedCall:
+    """Every running request's offer, in one order all of them see (``mine`` is the asking
+    request's), whether one of them is still reading its prompt, and the most rows a call
+    holds."""
+
+    offers: tuple[Offer, ...] = ()
+    mine: int = 0
+    reading_prompt: bool = False
+    budget: int | None = None
+
+    @property
+    def alone(self) -> bool:
+        return len(self.offers) <= 1
+
+
+#: A request with no neighbours: the planner's solo objective.
+ALONE = SharedCall()
+
+
+def fixed(rows: int) -> Offer:
+    """The offer of a request whose blocks are planned elsewhere: ``rows`` rows, one token."""
+    return (Option(rows, 1.0),)
+
+
+def call_seconds(costs: CostCurve, rows: Sequence[int]) -> float:
+    """Seconds of one call scoring ``rows[i]`` rows of sequence i, split as llama.cpp splits
+    it: while rows are left, a pass takes as many from every sequence with rows left as the
+    fewest has."""
+    return _priced(rows, costs.target)
+
+
+def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = None) -> list[int]:
+    """The option of each offer (its index) that together maximise the product of the
+    requests' token rates, within ``budget`` rows a call: coordinate ascent from everyone's
+    first option and from everyone's best option alone, in the offers' order (deterministic)."""
+    most = sum(max(o.rows for o in offer) for offer in offers)
+    price = [0.0] + [costs.target(n) for n in range(1, most + 1)]
+    n = len(offers)
+
+    def value(picks: Sequence[int]) -> float:
+        chosen = [offer[p] for offer, p in zip(offers, picks, strict=True)]
+        rows = [o.rows for o in chosen]
+        if budget is not None and sum(rows) > budget:
+            return -math.inf
+        seconds = _priced(rows, price.__getitem__) + sum(o.draft_seconds for o in chosen)
+        return sum(math.log(o.expected) for o in chosen) - n * math.log(seconds)
+
+    def ascent(picks: list[int]) -> tuple[float, list[int]]:
+        best = value(picks)
+        improved = True
+        while improved:
+            improved = False
+            for i, offer in enumerate(offers):
+                for p in range(len(offer)):
+                    if p != picks[i]:
+                        trial = [*picks[:i], p, *picks[i + 1 :]]
+                        if (v := value(trial)) > best:
+                            best, picks, improved = v, trial, True
+        return best, picks
+
+    solo = [
+        max(range(len(offer)), key=lambda p, o=offer: (_solo_rate(o[p], price), -p))
+        for offer in offers
+    ]
+    return max(ascent([0] * n), ascent(solo), key=lambda result: result[0])[1]
+
+
+def _solo_rate(option: Option, price: Sequence[float]) -> float:
+    return option.expected / (price[option.rows] + option.draft_seconds)
+
+
+def _priced(rows: Sequence[int], target: Callable[[int], float]) -> float:
+    seconds, taken = 0.0, 0
+    counts = sorted(r for r in rows if r > 0)
+    for i, count in enumerate(counts):
+        if count > taken:
+            seconds += target((len(counts) - i) * (count - taken))
+            taken = count
+    return seconds

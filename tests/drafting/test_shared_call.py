@@ -1,0 +1,99 @@
+"""The auto planner on a shared call (:mod:`spec_decode.drafting.shared_call`): alone it plans as
+before; requests that could all copy long bet long together; one copying request beside plain
+decoders, whose every token its block would delay, bets short; nobody drafts while a request
+reads its prompt; and a joint plan never asks a call for more rows than it holds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from auto_helpers import FLAT, REPEATING, history, planner, watched
+
+from spec_decode import random_markov
+from spec_decode.drafting.costs import CostCurve
+from spec_decode.drafting.shared_call import (
+    ALONE,
+    Option,
+    SharedCall,
+    call_seconds,
+    fixed,
+    joint_plan,
+)
+
+#: One call of B tokens on this kind of CPU, in one-token passes (shared/README.md).
+CALL = CostCurve(
+    (1, 2, 3, 4, 8, 12, 16, 24, 32, 48, 64),
+    tuple(0.0245 * m for m in (1, 1.53, 2.02, 2.58, 4.04, 5.17, 5.01, 7.46, 8.78, 12.55, 16.5)),
+)
+COPYING = watched(REPEATING * 4, 16, right=True)  # lookup has been right, 16 ahead, throughout
+CODE = REPEATING * 5  # a context from which lookup and suffix propose 16 tokens
+
+
+def test_alone_plans_as_without_a_shared_call():
+    solo = planner(CALL, k_max=16)
+    alone = replace(solo, share=lambda offer: ALONE)
+    for trace in (COPYING, history(("", 0, 0))):
+        assert alone.plan(CODE, trace, 16) == solo.plan(CODE, trace, 16)
+
+
+def beside(*others, reading_prompt: bool = False, budget: int | None = None) -> int:
+    """The k planned deep in a copy beside requests offering ``others`` (an offer, or "copy":
+    the same offer as this request's own)."""
+
+    def share(offer):
+        offers = tuple(offer if other == "copy" else other for other in others)
+        return SharedCall((offer, *offers), 0, reading_prompt, budget)
+
+    return replace(planner(CALL, k_max=16), share=share).plan(CODE, COPYING, 16).k
+
+
+def test_a_copying_request_bets_short_beside_plain_decoders():
+    assert beside() >= 15  # alone, a long copy pays
+    assert beside(fixed(1), fixed(1), fixed(1)) <= 2  # three plain decoders would each wait
+
+
+def test_requests_that_all_copy_bet_long_together():
+    """The trap a planner weighing only its own move falls into: beside plain decoders no single
+    request bets first, although all betting together multiplies every rate."""
+    assert beside("copy", "copy", "copy") >= 15
+    assert beside("copy") >= 15
+
+
+def test_a_long_block_beside_one_is_cheap():
+    assert beside(fixed(16), fixed(16), fixed(16)) >= 15
+
+
+def test_a_joint_plan_fits_the_call():
+    assert beside("copy", "copy", "copy", budget=32) <= 7  # four blocks of at most 8 rows
+    assert beside("copy", "copy", "copy", budget=64) >= 15
+
+
+def test_nothing_is_drafted_while_a_request_reads_its_prompt():
+    reading = replace(
+        planner(FLAT, random_markov(8, seed=0), k_max=8),
+        share=lambda offer: SharedCall((offer, fixed(1)), 0, reading_prompt=True),
+    )
+    assert reading.plan(CODE, history(*[("draft", 8, 8)] * 10), 16)[:2] == ("", 0)
+    assert reading.plan(CODE, COPYING, 16)[:2] == ("", 0)
+
+
+def test_every_request_solving_the_call_agrees():
+    copy = tuple(Option(r, 1 + 0.9 * (r - 1), 0.0, "lookup") for r in range(1, 17))
+    chat = (Option(1, 1.1), Option(2, 1.3, 0.0, "suffix"))
+    offers = [copy, chat, copy, fixed(1)]
+    picks = joint_plan(CALL, offers)
+    assert picks == joint_plan(CALL, list(offers))  # deterministic
+    assert all(0 <= p < len(o) for p, o in zip(picks, offers, strict=True))
+
+
+def test_a_call_costs_a_pass_for_every_split_llama_cpp_makes():
+    def c(n):
+        return CALL.target(n)
+
+    assert call_seconds(CALL, []) == 0.0
+    assert call_seconds(CALL, [5]) == c(5)
+    assert call_seconds(CALL, [1, 1, 1, 1]) == c(4)  # one token each: one pass
+    assert call_seconds(CALL, [1, 16, 1, 1]) == pytest.approx(c(4) + c(15))
+    assert call_seconds(CALL, [16, 16, 1, 1]) == pytest.approx(c(4) + c(30))
+    assert call_seconds(CALL, [0, 3]) == c(3)
