@@ -6,8 +6,9 @@ packaged target and the build spec-decode loads, greedy, ``--tokens`` at most:
 
 * ours, speculative (``serve``'s defaults: the auto policy, the coupled rule) and target-only, in
   one engine, each run from an empty KV cache and with no shared history (every prompt is new to
-  the engine), the two runs' order alternating from case to case; the speedup is their tokens/s
-  ratio, prompt reading included in both;
+  the engine), ``--repeats`` runs of each, alternating, which comes first alternating from case
+  to case; the speedup is the ratio of their tokens/s at the median run's seconds, prompt
+  reading included in both;
 * llama-server ``--spec-type ngram-simple`` (one slot, prompt cache off) on the same prompt token
   ids through ``/completion``: its tokens/s over prompt and generation, and ours over it.
 
@@ -44,6 +45,9 @@ from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
 from spec_decode.serving.request import RequestOptions
 
+#: Seconds between llama-server's runs and ours.
+PAUSE_S = 1.0
+
 SETS = {
     "completion": broad_sets.completions,
     "chat": broad_sets.chats,
@@ -63,32 +67,40 @@ def prompt_ids(engine: Engine, case: object) -> list[int]:
     return engine.encode(case.text, raw=not case.chat)
 
 
-def ours(engine: Engine, ids: list[int], tokens: int, speculative_first: bool) -> dict:
-    """Speculative and target-only decoding of ``ids``, each from an empty cache."""
+def ours(engine: Engine, ids: list[int], tokens: int, repeats: int, first: int) -> dict:
+    """Speculative and target-only decoding of ``ids``, ``repeats`` times each, alternating
+    (speculative first when ``first`` is even), each run from an empty cache: per mode the
+    first run's tokens and figures, every run's seconds, and tokens/s at their median."""
     request = engine.prepare(ids, RequestOptions(SamplingParams(0.0)), max_tokens=tokens)
-    order = [request, request.target_only()]
-    runs = {}
-    for run in order if speculative_first else order[::-1]:
-        engine.forget()
-        done = engine.generate(run)
-        label = "target-only" if run.options.target_only else "speculative"
-        runs[label] = {
-            "tokens": done.tokens,
-            "seconds": done.seconds,
-            "tokens_per_second": len(done.tokens) / done.seconds,
-            **speculative_figures(done.trace),
-        }
+    modes = {"speculative": request, "target-only": request.target_only()}
+    order = list(modes) if first % 2 == 0 else list(modes)[::-1]
+    runs: dict[str, dict] = {}
+    for _ in range(repeats):
+        for label in order:
+            engine.forget()
+            done = engine.generate(modes[label])
+            if label not in runs:
+                figures = speculative_figures(done.trace)
+                runs[label] = {"tokens": done.tokens, "seconds_each": [], "same": True, **figures}
+            run = runs[label]
+            run["seconds_each"].append(done.seconds)
+            run["same"] &= done.tokens == run["tokens"]  # every repeat
+    for run in runs.values():
+        run["seconds"] = statistics.median(run["seconds_each"])
+        run["tokens_per_second"] = len(run["tokens"]) / run["seconds"]
     return runs
 
 
 def llama_ngram(server: Server, ids: list[int], tokens: int) -> dict:
-    """llama-server's ngram-simple answer to ``ids``: greedy, no prompt cache."""
-    time.sleep(0.3)  # let our process's threads stop spinning first
+    """llama-server's ngram-simple answer to ``ids``: greedy, no prompt cache; a pause before
+    and after, so that neither process's threads, still spinning, slow the other's run."""
+    time.sleep(PAUSE_S)
     answer = server.post(
         "/completion",
         {"prompt": ids, "n_predict": tokens, "temperature": 0.0, "cache_prompt": False,
          "return_tokens": True},
     )  # fmt: skip
+    time.sleep(PAUSE_S)
     timing = answer["timings"]
     seconds = (timing["prompt_ms"] + timing["predicted_ms"]) / 1000
     return {
@@ -107,7 +119,7 @@ def measure(args: argparse.Namespace, engine: Engine, server: Server | None) -> 
         for case in SETS[workload](args.per_workload, args.seed):
             ids = prompt_ids(engine, case)
             record = {"workload": workload, "case": case.source_id, "prompt_tokens": len(ids)}
-            record |= ours(engine, ids, args.tokens, speculative_first=len(cases) % 2 == 0)
+            record |= ours(engine, ids, args.tokens, args.repeats, first=len(cases))
             if server is not None:
                 record["llama-server ngram-simple"] = llama_ngram(server, ids, args.tokens)
             cases.append(record)
@@ -146,9 +158,7 @@ def summary(cases: list[dict]) -> dict[str, dict]:
             "plain_pass_share_median": statistics.median(
                 c["speculative"]["plain_passes"] / c["speculative"]["target_passes"] for c in rows
             ),
-            "identical": sum(
-                c["speculative"]["tokens"] == c["target-only"]["tokens"] for c in rows
-            ),
+            "identical": sum(_identical(c) for c in rows),
         }
         llama = [c["llama-server ngram-simple"] for c in rows if "llama-server ngram-simple" in c]
         if llama:
@@ -163,6 +173,12 @@ def summary(cases: list[dict]) -> dict[str, dict]:
             )
         table[workload] = entry
     return table
+
+
+def _identical(case: dict) -> bool:
+    """Speculative tokens equal target-only's, and every repeat of each equal its first."""
+    spec, base = case["speculative"], case["target-only"]
+    return spec["tokens"] == base["tokens"] and spec.get("same", True) and base.get("same", True)
 
 
 def markdown(results: dict) -> str:
@@ -195,6 +211,7 @@ def main() -> None:
     parser.add_argument("--per-workload", type=int, help="cases per workload (default: all)")
     parser.add_argument("--seed", type=int, default=2, help="the sample (0, 1 tuned the planner)")
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each mode per case")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--port", type=int, default=8093)
     args = parser.parse_args()

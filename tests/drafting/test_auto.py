@@ -58,6 +58,27 @@ def test_on_a_flat_curve_the_draft_model_drafts_long():
     assert auto.plan(FRESH, Trace(), 16)[:2] == ("", 0)
 
 
+class Caching:
+    """A draft model whose cache holds ``cached_tokens``."""
+
+    def __init__(self, model: Model, cached: list[int]) -> None:
+        self.model, self.cached_tokens = model, cached
+        self.vocab_size = model.vocab_size
+
+    def next_dist(self, prefix):
+        return self.model.next_dist(prefix)
+
+
+def test_a_draft_model_that_has_not_read_the_context_prices_reading_it():
+    """Chosen only when first chosen, a draft reads the whole prompt then: not free."""
+    context = [i % 64 for i in range(2000)]  # 0.12 s for this draft on the FLAT curve
+    proven = history(*[("draft", 8, 8)] * 10)
+    for cached, chosen in (([], ""), (context[:-3], "draft")):
+        draft = ModelDrafter(Caching(random_markov(64, seed=0), cached))
+        auto = AutoPlanner(FLAT, {"draft": draft}, "draft", k_max=8)
+        assert auto.plan(context, proven, 16).drafter == chosen
+
+
 def test_a_repeated_request_is_drafted_from_the_shared_history():
     target = random_markov(50, seed=3, order=2)  # greedy text enters a cycle only late
     greedy, prompt, shared = SamplingParams(temperature=0), [0, 1, 2, 3], SuffixHistory()

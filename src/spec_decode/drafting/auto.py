@@ -166,7 +166,7 @@ class AutoPlanner:
             for name, drafter in self.drafters.items()
             if name != self.model
         }
-        offer = self._offer(trace, proposals, cap)
+        offer = self._offer(context, trace, proposals, cap)
         shared = self.share(offer) if self.share is not None else ALONE
         if shared.reading_prompt:
             return Plan("", 0, proposals)
@@ -179,10 +179,14 @@ class AutoPlanner:
             best = offer[joint_plan(self.costs, shared.offers, shared.budget)[shared.mine]]
         return Plan(best.drafter, best.rows - 1, proposals)
 
-    def _offer(self, trace: Trace, proposals: Mapping[str, list[int]], cap: int) -> Offer:
+    def _offer(
+        self, context: list[int], trace: Trace, proposals: Mapping[str, list[int]], cap: int
+    ) -> Offer:
         """This step's options, the best (alone) for each number of rows, fewest rows first: a
         plain pass, worth ``1 + margin`` tokens so that drafting must beat it by the margin,
-        every prefix of every deterministic proposal, and the draft model's k = 1..``cap``."""
+        every prefix of every deterministic proposal, and the draft model's k = 1..``cap``,
+        whose drafting includes reading what of ``context`` it has not read yet
+        (:meth:`_reading_seconds`)."""
         options = [Option(1, 1.0 + self.margin)]
         for name, proposal in proposals.items():
             survival = copy_survival(
@@ -203,15 +207,28 @@ class AutoPlanner:
                 trace, self.prior_alpha, self.prior_weight, self.model, self.memory
             )
             draft = self.costs.draft_seconds or 0.0
+            unread = getattr(self.drafters[self.model], "unread", None)
+            reading = self._reading_seconds(unread(context)) if unread is not None else 0.0
             for k in range(1, cap + 1):
                 expected = expected_tokens_per_pass(alpha, k)
-                options.append(Option(k + 1, expected, k * draft, self.model))
+                options.append(Option(k + 1, expected, reading + k * draft, self.model))
         best: dict[int, Option] = {}
         for option in options:  # the first of equally good options stays
             kept = best.get(option.rows)
             if kept is None or _rate(option, self.costs) > _rate(kept, self.costs):
                 best[option.rows] = option
         return tuple(best[rows] for rows in sorted(best))
+
+    def _reading_seconds(self, tokens: int) -> float:
+        """Seconds the draft model takes to read ``tokens`` tokens (a prompt it has not seen, the
+        tokens emitted since it last drafted): its one-token pass scaled as the target's longest
+        measured block is to the target's one-token pass, a block's tokens costing far less
+        each than one-token passes (a draft read only when first chosen must not look free)."""
+        if tokens <= 0:
+            return 0.0
+        longest = self.costs.sizes[-1]
+        per_token = self.costs.target(longest) / (longest * self.costs.target(1))
+        return tokens * per_token * (self.costs.draft_seconds or 0.0)
 
 
 def _rate(option: Option, costs: CostCurve) -> float:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spec_decode.core.checks import leading_matches
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model
 from spec_decode.core.noise import require_positional
@@ -79,6 +80,12 @@ class ModelDrafter:
     @property
     def vocab_size(self) -> int:
         return self.model.vocab_size
+
+    def unread(self, context: Sequence[int]) -> int:
+        """Tokens of ``context`` the draft model reads before its first draft: those its cache
+        does not hold (0 for a model that keeps no cache it reports)."""
+        cached = getattr(self.model, "cached_tokens", None)
+        return 0 if cached is None else len(context) - leading_matches(cached, context)
 
     def propose(
         self, prefix: Sequence[int], k: int, rng: RandomSource
