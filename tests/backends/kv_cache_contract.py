@@ -65,10 +65,12 @@ def check_draft_cache(
     assert draft.cached_tokens == prefix + drafts[:-1]  # the last draft is never fed
     prefix = [*prefix, *drafts, 0]
     calls = draft.stats.calls
+    assert draft.unread(prefix) == 2  # what the planner prices reading at
     assert fed(draft, lambda: draft.next_dist(prefix))[0] == 2
     assert draft.stats.calls == calls + 1
     drafts = propose(prefix)
     prefix = [*prefix, drafts[0], (drafts[1] + 1) % vocab]
+    assert draft.unread(prefix) == 1
     n, _ = fed(draft, lambda: draft.next_dist(prefix))
     assert n == 1 and draft.cached_tokens == prefix
     drafts = propose(prefix)

@@ -34,11 +34,14 @@ def test_on_a_flat_curve_the_draft_model_drafts_long():
 
 
 class Caching:
-    """A draft model whose cache holds ``cached_tokens``."""
+    """A draft model whose cache holds ``cached``."""
 
     def __init__(self, model: Model, cached: list[int]) -> None:
-        self.model, self.cached_tokens = model, cached
+        self.model, self.cached = model, cached
         self.vocab_size = model.vocab_size
+
+    def unread(self, sequence):
+        return len(sequence) - len(self.cached)  # ``cached`` is a prefix of it here
 
     def next_dist(self, prefix):
         return self.model.next_dist(prefix)

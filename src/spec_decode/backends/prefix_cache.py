@@ -67,6 +67,10 @@ class PrefixCachedModel:
         """The tokens whose keys and values the cache holds (a copy)."""
         return list(self._cached)
 
+    def unread(self, sequence: Sequence[int]) -> int:
+        """How many tokens of ``sequence`` the cache does not hold: what reading it costs."""
+        return len(sequence) - common_prefix(self._cached, list(sequence))
+
     def check_fits(self, n_prompt: int, n_new: int = 0) -> None:
         """:class:`~spec_decode.core.errors.BadPrompt` for an empty prompt, and
         :class:`~spec_decode.core.errors.ContextTooLong` unless a prompt of ``n_prompt`` tokens

@@ -173,7 +173,7 @@ class AutoPlanner:
         if shared.alone:
             best = offer[0]  # ties go to the option with fewer rows
             for option in offer[1:]:
-                if _rate(option, self.costs) > _rate(best, self.costs):
+                if option.rate(self.costs.target) > best.rate(self.costs.target):
                     best = option
         else:
             best = offer[joint_plan(self.costs, shared.offers, shared.budget)[shared.mine]]
@@ -215,7 +215,7 @@ class AutoPlanner:
         best: dict[int, Option] = {}
         for option in options:  # the first of equally good options stays
             kept = best.get(option.rows)
-            if kept is None or _rate(option, self.costs) > _rate(kept, self.costs):
+            if kept is None or option.rate(self.costs.target) > kept.rate(self.costs.target):
                 best[option.rows] = option
         return tuple(best[rows] for rows in sorted(best))
 
@@ -229,11 +229,6 @@ class AutoPlanner:
         longest = self.costs.sizes[-1]
         per_token = self.costs.target(longest) / (longest * self.costs.target(1))
         return tokens * per_token * (self.costs.draft_seconds or 0.0)
-
-
-def _rate(option: Option, costs: CostCurve) -> float:
-    """An option's expected tokens per second, alone."""
-    return option.expected / (costs.target(option.rows) + option.draft_seconds)
 
 
 def draft_model_can_pay(

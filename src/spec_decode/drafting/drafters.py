@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spec_decode.core.checks import leading_matches
 from spec_decode.core.distributions import check_distributions
 from spec_decode.core.models import Model
 from spec_decode.core.noise import require_positional
@@ -84,8 +83,8 @@ class ModelDrafter:
     def unread(self, context: Sequence[int]) -> int:
         """Tokens of ``context`` the draft model reads before its first draft: those its cache
         does not hold (0 for a model that keeps no cache it reports)."""
-        cached = getattr(self.model, "cached_tokens", None)
-        return 0 if cached is None else len(context) - leading_matches(cached, context)
+        unread = getattr(self.model, "unread", None)
+        return 0 if unread is None else unread(context)
 
     def propose(
         self, prefix: Sequence[int], k: int, rng: RandomSource

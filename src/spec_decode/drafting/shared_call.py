@@ -45,6 +45,10 @@ class Option:
     draft_seconds: float = 0.0
     drafter: str = ""
 
+    def rate(self, target: Callable[[int], float]) -> float:
+        """Expected tokens per second alone, a pass of n rows costing ``target(n)`` seconds."""
+        return self.expected / (target(self.rows) + self.draft_seconds)
+
 
 #: What one request could feed the next call: its options, fewest rows first (one, for a
 #: request whose blocks are not planned here: its recent rows).
@@ -113,14 +117,10 @@ def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = N
         return best, picks
 
     solo = [
-        max(range(len(offer)), key=lambda p, o=offer: (_solo_rate(o[p], price), -p))
+        max(range(len(offer)), key=lambda p, o=offer: (o[p].rate(price.__getitem__), -p))
         for offer in offers
     ]
     return max(ascent([0] * n), ascent(solo), key=lambda result: result[0])[1]
-
-
-def _solo_rate(option: Option, price: Sequence[float]) -> float:
-    return option.expected / (price[option.rows] + option.draft_seconds)
 
 
 def _priced(rows: Sequence[int], target: Callable[[int], float]) -> float:
