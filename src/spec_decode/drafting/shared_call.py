@@ -92,6 +92,7 @@ def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = N
     requests' token rates, within ``budget`` rows a call: coordinate ascent from everyone's
     first option and from everyone's best option alone, in the offers' order (deterministic)."""
     most = sum(max(o.rows for o in offer) for offer in offers)
+    most = most if budget is None else min(most, budget)  # beyond the budget: never priced
     price = [0.0] + [costs.target(n) for n in range(1, most + 1)]
     n = len(offers)
 

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spec_decode.backends.prefix_cache import common_prefix
 from spec_decode.drafting.auto import suffix_drafter
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
@@ -69,8 +68,8 @@ class Slot:
 
     def shared_prefix(self, prompt: Sequence[int]) -> int:
         """How many leading tokens of ``prompt`` the target's cache already holds."""
-        cached = getattr(self.target, "cached_tokens", [])
-        return common_prefix(cached, list(prompt))
+        unread = getattr(self.target, "unread", None)
+        return 0 if unread is None else len(prompt) - unread(prompt)
 
 
 class SlotTable:
