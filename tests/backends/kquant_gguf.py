@@ -1,10 +1,11 @@
 """Tiny random K-quant GGUFs for the exact-rows tests, laid out like the packaged Q4_K_M target
 (Llama architecture, 2 layers, width 256, 512-token vocabulary), written with
-``gguf.GGUFWriter`` from random K-quant blocks: Q4_K projections (repacked 8x8 on AVX2: the one-row
-GEMV and the 4-row GEMM), Q6_K ``attn_v``, ``ffn_down`` (layer 0) and output (the vec_dot below 8
+``gguf.GGUFWriter`` from random blocks: Q4_K projections (repacked 8x8 on AVX2: the one-row GEMV
+and the 4-row GEMM), Q6_K ``attn_v``, ``ffn_down`` (layer 0) and output (the vec_dot below 8
 rows, the tiled kernel from 8). gguf-py has no K-quant quantizer; random blocks with moderate
-scales are valid weights all the same. ``projection="Q5_K"`` makes the projections Q5_K (a
-Q5_K_M model), a type the exact-rows kernels do not cover: the negative control of the
+scales are valid weights all the same. ``projection`` makes the projections another type: Q5_K,
+Q3_K, IQ4_XS (vec_dot below 8 rows, the tiled kernel from 8) and Q2_K (repacked on AVX-512),
+which the exact-rows kernels cover, or IQ2_XXS, which they do not: the negative control of the
 per-model promise.
 """
 
@@ -20,8 +21,22 @@ from spec_decode.certify.tiny_gguf import close_writer, llama_writer
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 256, 2, 4, 2, 512, 512
 QK_K = 256
 Q4_K, Q5_K, Q6_K = (gguf.GGMLQuantizationType[name] for name in ("Q4_K", "Q5_K", "Q6_K"))
+Q3_K, Q2_K, IQ4_XS, IQ2_XXS = (
+    gguf.GGMLQuantizationType[name] for name in ("Q3_K", "Q2_K", "IQ4_XS", "IQ2_XXS")
+)
 #: bytes per block of 256 weights
-BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
+BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210, Q3_K: 110, Q2_K: 84, IQ4_XS: 136, IQ2_XXS: 66}
+
+
+def _half(n: int, value: float) -> np.ndarray:
+    """``n`` fp16 copies of ``value`` as bytes, one row of 2 per block."""
+    return np.full(n, value, np.float16).view(np.uint8).reshape(n, 2)
+
+
+def _random_blocks(rng: np.random.Generator, rows: int, cols: int, qtype) -> np.ndarray:
+    """Random bytes for ``rows`` x ``cols`` weights of ``qtype``, one row of bytes per block."""
+    n = rows * cols // QK_K
+    return rng.integers(0, 256, size=(n, BLOCK_BYTES[qtype]), dtype=np.uint8)
 
 
 def q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
@@ -72,16 +87,54 @@ def q6_k(rng: np.random.Generator, rows: int, cols: int, spread: float = 1.0) ->
     return blocks.reshape(rows, cols // QK_K * 210)
 
 
+def q3_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q3_K blocks (32 bytes of high bits, 64 of 2-bit codes, 12 of 6-bit scales stored
+    +32, fp16 d): weights d * (scale - 32) * q with q in -4..3."""
+    blocks = _random_blocks(rng, rows, cols, Q3_K)
+    blocks[:, 108:110] = _half(len(blocks), 1.0 / (16 * 2.5 * np.sqrt(cols)))
+    return blocks.reshape(rows, -1)
+
+
+def q2_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q2_K blocks (16 bytes of 4-bit scale and min pairs, 64 of 2-bit codes, fp16 d
+    and dmin): weights d * scale * q - dmin * min with q in 0..3."""
+    blocks = _random_blocks(rng, rows, cols, Q2_K)
+    d = 1.0 / (8 * 1.5 * np.sqrt(cols))
+    blocks[:, 80:82] = _half(len(blocks), d)
+    blocks[:, 82:84] = _half(len(blocks), 1.5 * d)
+    return blocks.reshape(rows, -1)
+
+
+def iq4_xs(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random IQ4_XS blocks (fp16 d, 6-bit scales stored +32 in 2 + 4 bytes, 128 bytes of
+    4-bit indexes into the non-linear table of -127..113)."""
+    blocks = _random_blocks(rng, rows, cols, IQ4_XS)
+    blocks[:, 0:2] = _half(len(blocks), 1.0 / (16 * 64 * np.sqrt(cols)))
+    return blocks.reshape(rows, -1)
+
+
+def iq2_xxs(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random IQ2_XXS blocks (fp16 d, then per 32 weights four 8-bit grid indexes, four 7-bit
+    sign patterns and a 4-bit scale: every byte pattern is a valid block)."""
+    blocks = _random_blocks(rng, rows, cols, IQ2_XXS)
+    blocks[:, 0:2] = _half(len(blocks), 1.0 / (4 * 25 * np.sqrt(cols)))
+    return blocks.reshape(rows, -1)
+
+
+#: the generator of each type the projections can take
+PROJECTIONS = {Q4_K: q4_k, Q5_K: q5_k, Q3_K: q3_k, Q2_K: q2_k, IQ4_XS: iq4_xs, IQ2_XXS: iq2_xxs}
+
+
 def write_kquant_gguf(path: Path, seed: int = 0, projection: str = "Q4_K") -> Path:
     """The model at ``path``: its attention and feed-forward projections of type
-    ``projection`` (Q4_K or Q5_K), the rest laid out as in a Q4_K_M file."""
+    ``projection`` (a key of :data:`PROJECTIONS`), the rest laid out as in a Q4_K_M file."""
     rng = np.random.default_rng(seed)
     kv = KV_HEADS * HIDDEN // HEADS
     tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(VOCAB - 3)]
     shape = (HIDDEN, LAYERS, HEADS, KV_HEADS, FFN)
     writer = llama_writer(path, tokens, [0.0] * VOCAB, context=256, shape=shape)
     proj_type = gguf.GGMLQuantizationType[projection]
-    proj = {Q4_K: q4_k, Q5_K: q5_k}[proj_type]
+    proj = PROJECTIONS[proj_type]
 
     def add(name: str, data: np.ndarray, rows: int, cols: int, qtype) -> None:
         assert data.shape == (rows, cols // QK_K * BLOCK_BYTES[qtype])

@@ -68,9 +68,9 @@ def test_a_claim_of_one_checks_nothing() -> None:
 
 def test_the_claim_follows_the_weight_types() -> None:
     assert claimed_block_size(["F32", "Q4_K", "Q6_K"], 64, patched=True) == 64
-    assert claimed_block_size(["F32", "Q5_K", "Q6_K"], 64, patched=True) == UNCOVERED_BLOCK
-    assert claimed_block_size(["Q5_K"], 3, patched=False) == 3  # a stock build: its own size
-    assert claimed_block_size(["IQ4_XS"], 2, patched=True) == 2  # never more than the build's
+    assert claimed_block_size(["F32", "IQ2_XXS", "Q6_K"], 64, patched=True) == UNCOVERED_BLOCK
+    assert claimed_block_size(["IQ2_XXS"], 3, patched=False) == 3  # a stock build: its own size
+    assert claimed_block_size(["IQ3_S"], 2, patched=True) == 2  # never more than the build's
     assert {"Q4_K", "Q6_K", "F32"} <= COVERED_TYPES
 
 
@@ -78,8 +78,8 @@ def test_why_names_the_reason() -> None:
     covered = ExactRows(64, 64, ("F32", "Q4_K"), (), (2, 3, 4, 8, 16, 64), None)
     assert not covered.reduced
     assert "64" in covered.why and "checked bitwise" in covered.why
-    uncovered = ExactRows(4, 64, ("F32", "Q5_K"), ("Q5_K",), (2, 3, 4), None)
-    assert uncovered.reduced and "do not cover Q5_K" in uncovered.why
+    uncovered = ExactRows(4, 64, ("F32", "IQ2_XXS"), ("IQ2_XXS",), (2, 3, 4), None)
+    assert uncovered.reduced and "do not cover IQ2_XXS" in uncovered.why
     differed = ExactRows(3, 64, ("Q4_K",), (), (2, 3, 4), 4)
     assert differed.reduced and "4-token blocks differ" in differed.why
     assert differed.report()["why"] == differed.why

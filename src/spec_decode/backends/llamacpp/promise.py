@@ -2,9 +2,9 @@
 
 A build's exactness is a property of its kernels, and a kernel is chosen per weight type: the
 exact-rows build (``spec-decode build-kernels``) makes the kernels of :data:`COVERED_TYPES`
-compute a block's rows bitwise like one-token rows, while other types (Q5_K, IQ4_XS, Q3_K were
-measured) keep kernels that sum the rows of a block of 8 or more in another order. So the
-promise is made per model, in two steps:
+compute a block's rows bitwise like one-token rows, while other types (the IQ1-IQ3 families, for
+one) keep kernels that sum the rows of a block of 8 or more in another order. So the promise is
+made per model, in two steps:
 
 1. the claim: the build's block size where every weight type of the file is covered, else
    :data:`UNCOVERED_BLOCK` (on a stock build, its own small size whatever the types);
@@ -38,9 +38,12 @@ from spec_decode.backends.llamacpp.library import load, own_library_folder
 
 #: Weight types whose rows the exact-rows build computes alike at every block size up to 64,
 #: each checked on the packaged target requantized to it (blocks of 1-4, 8, 16, 32 and 64:
-#: ``bench/kernels/exact_rows_by_type.py``, ``bench/results/exact_rows_by_type.json``). Q4_K and
-#: Q6_K by the patch; Q4_1 and Q5_0 take one vec_dot at every row count.
-COVERED_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"})
+#: ``bench/kernels/exact_rows_by_type.py``, ``bench/results/exact_rows_by_type.json``). The
+#: K-quants and IQ4_XS by the patch; Q4_0, Q4_1, Q5_0 and Q8_0 take one vec_dot at every row count.
+COVERED_TYPES = frozenset(
+    {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0"}
+    | {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
+)
 #: The claim for a model with a weight type outside :data:`COVERED_TYPES`: below 8 rows every
 #: type takes its one-row kernel, so short blocks may hold; the check says how many do.
 UNCOVERED_BLOCK = 4
