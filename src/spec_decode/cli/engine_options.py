@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import click
 import typer
-from click.core import ParameterSource
 
 from spec_decode.cli.options import tree_shape
 from spec_decode.cli.rule_option import rule_option
@@ -70,6 +68,7 @@ NoBuild = Annotated[
 
 
 def engine_config(
+    context: typer.Context,
     *,
     target: str,
     draft: str,
@@ -86,27 +85,25 @@ def engine_config(
     shared_history: bool = True,
     parallel: int = 1,
 ) -> EngineConfig:
-    """The engine these options describe; a malformed ``--tree`` or ``--rule`` is a usage error
-    (exit 2), and a combination the engine refuses a ``ValueError``."""
+    """The engine these options of the command run in ``context`` describe; a malformed
+    ``--tree`` or ``--rule`` is a usage error (exit 2), and a combination the engine refuses a
+    ``ValueError``."""
     shape = None if tree is None else tree_shape(tree, _max_leaves(backend, target))
     rule_option(rule)
     return EngineConfig(
         target=target, draft=draft, backend=backend, policy=policy, k=k, tree=shape,
         confidence=confidence, threads=threads, device=device, target_weights=target_weights,
         draft_weights=draft_weights, rule=rule, shared_history=shared_history, parallel=parallel,
-        draft_named=_named("draft"),
+        draft_named=given(context, "draft"),
     )  # fmt: skip
 
 
-def _named(option: str) -> bool:
-    """Whether the user gave ``option`` (on the command line or in the environment) rather
-    than leaving its default; True outside a command."""
-    context = click.get_current_context(silent=True)
-    if context is None:
-        return True
-    return context.get_parameter_source(option) not in (
-        ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None,
-    )  # fmt: skip
+def given(context: typer.Context, option: str) -> bool:
+    """Whether the user gave ``option`` (on the command line or in the environment) rather than
+    leaving its default. Asked of the command's own context: Typer may run on a copy of Click of
+    its own, whose current context Click's ``get_current_context`` does not see."""
+    source = context.get_parameter_source(option)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _max_leaves(backend: str, target: str) -> int | None:

@@ -60,6 +60,7 @@ console = Console(stderr=True)
 
 
 def generate_command(
+    context: typer.Context,
     prompt: Annotated[
         str | None, typer.Option(help="The prompt (read from standard input if omitted).")
     ] = None,
@@ -102,7 +103,7 @@ def generate_command(
     try:
         sampling = SamplingParams(temperature, top_k, top_p, min_p)
         config = engine_config(
-            target=target, draft=NO_DRAFT if no_draft else draft, backend=backend,
+            context, target=target, draft=NO_DRAFT if no_draft else draft, backend=backend,
             policy=policy, k=k, tree=tree, confidence=confidence, rule=rule,
             target_weights=target_weights, draft_weights=draft_weights, threads=threads,
             device=device,

@@ -30,6 +30,7 @@ SERVE_MODULES = ("fastapi", "uvicorn", "sse_starlette", "prometheus_client", "py
 
 
 def serve_command(
+    context: typer.Context,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8000,
     api_key: Annotated[
@@ -87,7 +88,7 @@ def serve_command(
     queue."""
     try:
         config = engine_options.engine_config(
-            target=target, draft=draft, backend=backend, policy=policy, k=k, tree=tree,
+            context, target=target, draft=draft, backend=backend, policy=policy, k=k, tree=tree,
             confidence=confidence, rule=rule, target_weights=target_weights,
             draft_weights=draft_weights, threads=threads, device=device,
             shared_history=shared_history, parallel=parallel,
