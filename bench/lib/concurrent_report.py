@@ -55,21 +55,66 @@ def summarize_run(records: list[dict[str, object]]) -> dict[str, object]:
 
 
 def summarize(results: dict) -> dict[str, dict[str, dict[str, object]]]:
-    """``summary[variant][clients]``: :func:`summarize_run`, the second user's first token and
-    identity against the variant's solo answers."""
+    """``summary[variant][clients]``: over the repeats, the median and range of each figure of
+    :func:`summarize_run` and of the second user's first token, and identity of every answer
+    against the variant's solo answers."""
     table: dict[str, dict[str, dict[str, object]]] = {}
     for name, by_clients in results["runs"].items():
         solo = {r["name"]: r["text"] for r in results["solo"][name]}
-        for clients, run in by_clients.items():
-            row = summarize_run(run["records"])
-            row["second_user"] = run.get("second_user")
-            row["identity"] = identity(run["records"], solo)
+        for clients, runs in by_clients.items():
+            repeats = runs if isinstance(runs, list) else [runs]  # written before --repeats
+            figures = [summarize_run(run["records"]) for run in repeats]
+            row: dict[str, object] = {"repeats": len(repeats)}
+            for key in ("tokens_per_second", "ttft_median_s", "ttft_p95_s"):
+                row[key], row[f"{key}_range"] = _median_and_range([f[key] for f in figures])
+            row["no_text"] = sum(f["no_text"] for f in figures)
+            row["second_user"] = _second_user_median([run.get("second_user") for run in repeats])
+            records = [record for run in repeats for record in run["records"]]
+            row["identity"] = identity(records, solo)
             table.setdefault(name, {})[clients] = row
     return table
 
 
+def _median_and_range(values: list[float | None]) -> tuple[float | None, list[float] | None]:
+    known = [v for v in values if v is not None]
+    if not known:
+        return None, None
+    return statistics.median(known), [min(known), max(known)]
+
+
+def _second_user_median(probes: list[dict[str, object] | None]) -> dict[str, object] | None:
+    """The repeats' probes as one: the median first token, every repeat's, and whether a long
+    answer still streamed at the first token in every repeat."""
+    probes = [p for p in probes if p is not None]
+    if not probes:
+        return None
+    seconds = sorted(p["ttft_s"] for p in probes)
+    streaming = min(p["longs_streaming_at_first_token"] for p in probes)
+    return {"ttft_s": statistics.median(seconds), "runs_s": seconds,
+            "longs_streaming_at_first_token": streaming}  # fmt: skip
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _repeats_line(repeats: int) -> str:
+    if repeats == 1:
+        return ""
+    return (
+        f"Each figure is the median of {repeats} runs of each variant and client count (tok/s: "
+        "with their range), the variants in a shuffled order each time. "
+    )
+
+
+def _rate(row: dict[str, object]) -> str:
+    """The median tokens/s, with the repeats' range where there were several."""
+    rate, span = row["tokens_per_second"], row.get("tokens_per_second_range")
+    if rate is None:
+        return "-"
+    if row.get("repeats", 1) > 1 and span:
+        return f"{rate:.1f} ({span[0]:.1f}-{span[1]:.1f})"
+    return f"{rate:.1f}"
 
 
 def _same(row: dict[str, object], sampling: str) -> str:
@@ -103,7 +148,8 @@ def markdown(results: dict) -> str:
         "requests, taken from one queue by the clients (each sends its next when its last "
         "answer ended), on a fresh server per variant and client count.",
         "",
-        "tok/s: completion tokens of all requests over the wall time from the first sent to the "
+        _repeats_line(setup.get("repeats", 1))
+        + "tok/s: completion tokens of all requests over the wall time from the first sent to the "
         "last answer's end. TTFT: time to the first streamed text. Second user: with N clients, "
         f"N - 1 long answers (code edits, up to {setup['probe_tokens']} tokens) stream and, "
         f"{setup['probe_delay']} s after every one of them holding a slot streamed text, a short "
@@ -117,9 +163,8 @@ def markdown(results: dict) -> str:
     ]
     for name, by_clients in results["summary"].items():
         for clients, row in by_clients.items():
-            rate = row["tokens_per_second"]
             lines.append(
-                f"| {name} | {clients} | {'-' if rate is None else f'{rate:.1f}'} | "
+                f"| {name} | {clients} | {_rate(row)} | "
                 f"{_seconds(row['ttft_median_s'])} | {_seconds(row['ttft_p95_s'])} | "
                 f"{_second_user(row['second_user'])} | {_same(row, 'greedy')} | "
                 f"{_same(row, 'seeded')} |"

@@ -1,5 +1,6 @@
 """Concurrent serving: llama-server ``-np N`` (target-only and ``--spec-type ngram-simple``, prompt
-cache on) beside ``spec-decode serve --parallel N``, with 1, 2, 4 and 8 clients at once.
+cache on) beside ``spec-decode serve --parallel N``, with 1, 2, 4 and 8 clients at once, each
+``--repeats`` times.
 
 Requests (public prompt sets, sampled with ``--seed``; see ``bench/lib/concurrent_client.py``):
 HumanEval code edits (rename a function and return the code, or explain it; chat), MT-bench first
@@ -9,10 +10,11 @@ for the seed; llama-server: its seeded sampler). At every client count the same 
 taken from one queue by the clients, each client sending its next request when its last answer
 ended, on a fresh server per variant and client count (llama-server keeps prompts in host memory
 across requests, so a warm server would time its cache). Variants run in a seeded shuffled order
-at each client count.
+at each client count and repeat, so that the machine's drift hits every variant alike.
 
-Per variant and client count: aggregate tokens/s (completion tokens over the wall time of all
-requests), time to first token (median, p95), the second user's first token (N - 1 long answers
+Per variant and client count, the median over repeats (and the range) of: aggregate tokens/s
+(completion tokens over the wall time of all requests), time to first token (median, p95), the
+second user's first token (N - 1 long answers
 stream, and a short question is sent ``--probe-delay`` s after every one of them holding a slot
 streamed text, so that it arrives while they stream; the long answers are cancelled once it has
 answered), and how many answers equal the same request's
@@ -96,6 +98,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--variants", help="semicolon-separated subset of the variants")
     parser.add_argument("--clients", default="1,2,4,8", help="client counts, comma-separated")
     parser.add_argument("--slots", type=int, default=4, help="-np / --parallel of every server")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each variant and count")
     parser.add_argument("--code-edit", type=int, default=3, help="code-edit requests")
     parser.add_argument("--mtbench", type=int, default=3, help="MT-bench first turns")
     parser.add_argument("--humaneval", type=int, default=2, help="HumanEval completions")
@@ -124,6 +127,8 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--clients must be integers separated by commas, got {args.clients!r}")
     if min([*args.clients, args.slots, args.threads, args.tokens, args.probe_tokens]) < 1:
         parser.error("--clients, --slots, --threads, --tokens and --probe-tokens must be >= 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
     args.chosen = variants(args)
     if any(v.engine == "llama-server" for v in args.chosen) and args.llama_server is None:
         parser.error("--llama-server is required for llama-server variants")
@@ -192,13 +197,14 @@ def solo_answers(
 
 def concurrent_runs(
     servers: Servers, args: argparse.Namespace, requests: list[Request]
-) -> dict[str, dict[str, dict[str, object]]]:
-    """Per variant and client count, on a fresh server: the requests from that many clients,
-    then the second user's probe (from two clients up)."""
-    runs: dict[str, dict[str, dict[str, object]]] = {v.name: {} for v in args.chosen}
+) -> dict[str, dict[str, list[dict[str, object]]]]:
+    """Per variant and client count, one entry a repeat, each on a fresh server: the requests
+    from that many clients, then the second user's probe (from two clients up)."""
+    runs: dict[str, dict[str, list[dict[str, object]]]] = {v.name: {} for v in args.chosen}
     longs, short = probe_requests(max(args.clients) - 1, args.seed, {r.name for r in requests})
     order = random.Random(2)
-    for clients in args.clients:
+    rounds = [(clients, r) for clients in args.clients for r in range(args.repeats)]
+    for clients, _ in rounds:
         for variant in order.sample(args.chosen, len(args.chosen)):
             server = servers.fresh(variant)
             try:
@@ -212,10 +218,9 @@ def concurrent_runs(
                     )  # fmt: skip
             finally:
                 server.stop()
-            runs[variant.name][str(clients)] = {
-                "records": [_kept(r) for r in records],
-                "second_user": probe,
-            }
+            runs[variant.name].setdefault(str(clients), []).append(
+                {"records": [_kept(r) for r in records], "second_user": probe}
+            )
             rate = summarize_run(records)["tokens_per_second"] or 0.0
             second = "" if probe is None else f", second user {probe['ttft_s']:.2f} s"
             print(f"{clients} clients | {variant.name}: {rate:.1f} tok/s{second}", flush=True)
@@ -251,6 +256,7 @@ def main() -> None:
             "tokens": args.tokens,
             "temperature": args.temperature,
             "clients": args.clients,
+            "repeats": args.repeats,
             "workloads": counts,
             "requests": len(requests),
             "probe_tokens": args.probe_tokens,

@@ -107,3 +107,25 @@ def test_the_table_has_a_row_per_variant_and_client_count(report):
     assert "| theirs | 2 | 12.5 | 0.75 | 0.97 | 7.90* | 1/1 | 0/1 |" in table
     assert "- ours, 2 clients, differing: c, b" in table
     assert "llama-server binary: `/x/llama-server`" in table
+
+
+def test_repeats_give_medians_their_range_and_identity_over_every_answer(report):
+    """With ``--repeats``, a variant and client count holds one run a repeat: the summary
+    takes the median and range of each figure and counts every repeat's answers."""
+    fast = [record("a", "greedy", "x", 0.0, 1.0, 40, 0.2)]  # 40 tok/s
+    slow = [record("a", "greedy", "x!", 0.0, 4.0, 40, 0.8)]  # 10 tok/s
+    middle = [record("a", "greedy", "x", 0.0, 2.0, 40, 0.4)]  # 20 tok/s
+    probes = [{"ttft_s": s, "longs_streaming_at_first_token": 1} for s in (0.9, 0.3, 0.5)]
+    runs = [
+        {"records": r, "second_user": p} for r, p in zip((fast, slow, middle), probes, strict=True)
+    ]
+    results = {"solo": {"ours": [{"name": "a", "text": "x"}]}, "runs": {"ours": {"2": runs}}}
+    row = report.summarize(results)["ours"]["2"]
+    assert row["repeats"] == 3
+    assert row["tokens_per_second"] == pytest.approx(20.0)
+    assert row["tokens_per_second_range"] == pytest.approx([10.0, 40.0])
+    assert row["ttft_median_s"] == pytest.approx(0.4)
+    assert row["second_user"]["ttft_s"] == pytest.approx(0.5)
+    assert row["second_user"]["runs_s"] == pytest.approx([0.3, 0.5, 0.9])
+    assert row["identity"]["greedy"] == {"same": 2, "total": 3, "differing": ["a"]}
+    assert report._rate(row) == "20.0 (10.0-40.0)"
