@@ -5,13 +5,14 @@ vendors) makes the CPU kernels score every row of a block of tokens bitwise equa
 scored alone, at llama.cpp's speed (see the patch's comments and ``bench/results/
 kernels_findings.md``):
 
-- Q4_K weights (repacked 8x8 on AVX2 and AVX-512): the 4-row GEMM applied the scales with one FMA
-  per pair of sub-blocks, the one-row GEMV with one per super-block; the GEMM (its AVX2 and its
-  AVX-512 code) now does what the GEMV does.
-- Q6_K weights: batches of 8+ rows take the tiled kernel (one integer per super-block, scaled
-  in a fixed order), fewer rows ``ggml_vec_dot_q6_K_q8_K`` (eight float lanes summed at the end);
-  the vec_dot now computes what the tiled kernel computes, and the tiled kernel's AVX-512 VNNI
-  variant ends in the same explicit FMA as its AVX2 one.
+- Q4_K weights (repacked 8x8 on AVX2 and AVX-512) and Q2_K weights (repacked on AVX-512): the
+  4-row GEMM applied the scales with one FMA per group of sub-blocks, the one-row GEMV with one
+  per super-block; the GEMM (its AVX2 and its AVX-512 code) now does what the GEMV does.
+- Q6_K, Q5_K, Q3_K, Q2_K and IQ4_XS weights: batches of 8+ rows take the tiled kernel (integers
+  per super-block, scaled in a fixed order), fewer rows the type's ``vec_dot`` (eight float lanes
+  summed at the end); each vec_dot now computes what the tiled kernel computes (one helper,
+  ``spec_decode_superblock``), and the tiled kernel's AVX-512 VNNI variant ends in the same
+  explicit FMA as its AVX2 one.
 - Attention's f16 matmuls (K·Q, V·softmax): llamafile's tinyBLAS, batch-invariant itself, took
   them for 2+ rows and ggml's vec path for one, which sums in another order; tinyBLAS now takes
   f16 x f16 at every row count (one row split statically, without its barriers) and no other

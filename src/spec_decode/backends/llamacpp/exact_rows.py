@@ -6,7 +6,7 @@ the same prompt afresh and scores the first B of those tokens in ONE ``llama_dec
 rows of logits is compared with its reference row as raw float32 bits. The prompt is read the same
 way both times, so only the block's own kernels can make a row differ.
 
-Used by the tests (tiny GGUFs with Q4_K and Q6_K weights), by
+Used by the tests (tiny GGUFs of each covered K-quant and IQ4_XS), by
 ``bench/kernels/kernels_exact_rows.py`` (the packaged target) and by the builder. Runs against
 whichever libraries llama-cpp-python loaded (``LLAMA_CPP_LIB_PATH``);
 ``python -m spec_decode.backends.llamacpp.exact_rows MODEL`` prints the result as JSON, so a check
