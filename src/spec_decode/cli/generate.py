@@ -153,6 +153,7 @@ def _payload(
     return {
         "backend": engine.backend,
         **{key: asked[key] for key in ("target", "draft")},
+        "drafting": engine.config.draft,  # as loaded: "lookup" where the draft was set aside
         "draft_loaded": engine.draft is not None,
         "k": engine.k,
         **{key: asked[key] for key in ("policy", "tree", "seed", "rule")},
@@ -273,7 +274,7 @@ def _print_summary(payload: dict[str, object], runs: dict[str, Completion]) -> N
         )
     console.print(table)
     console.print("passes: target passes; accepted: the share of drafted tokens accepted")
-    model_draft = payload["draft"] not in (None, "lookup")
+    model_draft = payload["drafting"] not in (LOOKUP, NO_DRAFT)
     if payload["policy"] == "auto" and model_draft and not payload["draft_loaded"]:
         console.print(
             "draft model not loaded: on this machine's calibrated costs it cannot pay even "
