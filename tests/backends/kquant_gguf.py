@@ -44,14 +44,8 @@ def q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     nibbles) whose weights have a spread of about 1/sqrt(cols)."""
     n = rows * cols // QK_K
     blocks = np.zeros((n, 144), np.uint8)
-    blocks[:, 0:2] = (
-        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)), np.float16).view(np.uint8).reshape(n, 2)
-    )
-    blocks[:, 2:4] = (
-        np.full(n, 1.0 / (8 * 32 * np.sqrt(cols)) * 7.5 * 32 / 24, np.float16)
-        .view(np.uint8)
-        .reshape(n, 2)
-    )
+    blocks[:, 0:2] = _half(n, 1.0 / (8 * 32 * np.sqrt(cols)))
+    blocks[:, 2:4] = _half(n, 1.0 / (8 * 32 * np.sqrt(cols)) * 7.5 * 32 / 24)
     scales = rng.integers(16, 48, size=(n, 16))  # 8 scales then 8 mins, 6 bits each
     packed = np.zeros((n, 12), np.uint8)  # the Q4_K 12-byte scale layout (ggml-quants.c)
     for j in range(8):
@@ -82,8 +76,7 @@ def q6_k(rng: np.random.Generator, rows: int, cols: int, spread: float = 1.0) ->
     blocks = np.zeros((n, 210), np.uint8)
     blocks[:, :192] = rng.integers(0, 256, size=(n, 192), dtype=np.uint8)
     blocks[:, 192:208] = rng.integers(-60, 60, size=(n, 16)).astype(np.int8).view(np.uint8)
-    d = np.full(n, spread / (60 * 18 * np.sqrt(cols)), np.float16)
-    blocks[:, 208:210] = d.view(np.uint8).reshape(n, 2)
+    blocks[:, 208:210] = _half(n, spread / (60 * 18 * np.sqrt(cols)))
     return blocks.reshape(rows, cols // QK_K * 210)
 
 

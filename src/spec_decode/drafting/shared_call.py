@@ -118,7 +118,7 @@ def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = N
         return best, picks
 
     solo = [
-        max(range(len(offer)), key=lambda p, o=offer: (o[p].rate(price.__getitem__), -p))
+        max(range(len(offer)), key=lambda p, o=offer: (o[p].rate(costs.target), -p))
         for offer in offers
     ]
     return max(ascent([0] * n), ascent(solo), key=lambda result: result[0])[1]
