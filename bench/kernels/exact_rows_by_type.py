@@ -195,8 +195,12 @@ def main() -> None:
         "--costs", type=Path, help="kernels_compare.py results by type, for the table's last column"
     )
     args = parser.parse_args()
-    if not args.render and (args.quantize is None or args.target is None):
-        parser.error("--quantize and --target are needed to measure (or --render)")
+    if not args.render and args.types and (args.quantize is None or args.target is None):
+        parser.error("--quantize and --target are needed to requantize --types (or --render)")
+    for spec in args.model:
+        name, _, file = spec.partition("=")
+        if not name or not Path(file).is_file():
+            parser.error(f"--model {spec!r}: expected NAME=FILE with an existing GGUF file")
     if not args.render:
         measure_all(args)
     render(args.out, args.costs)
@@ -211,8 +215,7 @@ def render(out: Path, costs: Path | None) -> None:
 def measure_all(args: argparse.Namespace) -> None:
     """Every requantized type and other model asked for, the JSON written after each."""
     args.models.mkdir(parents=True, exist_ok=True)
-    results: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
-    results.setdefault("types", {})
+    results: dict = json.loads(args.out.read_text()) if args.out.exists() else {"types": {}}
     results["prompts"], results["blocks"] = PROMPTS, BLOCKS
     parts = set(args.parts.split(","))
     for kind in [t for t in args.types.split(",") if t]:
@@ -220,14 +223,19 @@ def measure_all(args: argparse.Namespace) -> None:
         if "file" in entry:
             print(f"{kind}: measuring {entry['file']}", file=sys.stderr, flush=True)
             entry.update(measure(entry["file"], parts, args.max_new_tokens))
-        results["types"][kind] = {**results["types"].get(kind, {}), **entry}
-        args.out.write_text(json.dumps(results, indent=1) + "\n")  # after each type
+        record(results, "types", kind, entry, args.out)
     for name, _, file in (spec.partition("=") for spec in args.model):
         print(f"{name}: measuring {file}", file=sys.stderr, flush=True)
         entry = {"file": file, **measure(file, parts, args.max_new_tokens)}
-        models = results.setdefault("models", {})
-        models[name] = {**models.get(name, {}), **entry}
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        record(results, "models", name, entry, args.out)
+
+
+def record(results: dict, section: str, name: str, entry: dict, out: Path) -> None:
+    """``entry`` over what ``results[section][name]`` held (parts not measured again stay), and
+    the JSON written at once, so that a run cut short keeps what it measured."""
+    kept = results.setdefault(section, {})
+    kept[name] = {**kept.get(name, {}), **entry}
+    out.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

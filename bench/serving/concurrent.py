@@ -203,8 +203,7 @@ def concurrent_runs(
     runs: dict[str, dict[str, list[dict[str, object]]]] = {v.name: {} for v in args.chosen}
     longs, short = probe_requests(max(args.clients) - 1, args.seed, {r.name for r in requests})
     order = random.Random(2)
-    rounds = [(clients, r) for clients in args.clients for r in range(args.repeats)]
-    for clients, _ in rounds:
+    for clients in (c for c in args.clients for _ in range(args.repeats)):
         for variant in order.sample(args.chosen, len(args.chosen)):
             server = servers.fresh(variant)
             try:
