@@ -5,9 +5,9 @@ loads (the exact-rows build once built):
 
 * rows: ``python -m spec_decode.backends.llamacpp.exact_rows FILE --blocks 1,2,3,4,8,16,32,64``,
   which rows of a block differ bitwise from one-token rows;
-* promise: ``spec-decode build-kernels --status --model FILE --json`` timed twice with
-  ``/usr/bin/time -f %e`` (the first run checks the model, the second reads the cached result),
-  against a fresh cache root whose ``kernels`` and ``models`` link to the user's;
+* promise: ``spec-decode build-kernels --status --model FILE --json`` in a fresh cache root
+  whose ``kernels`` and ``models`` link to the user's (it checks the model), and the check's
+  seconds and a cached promise's milliseconds timed in process (``promise_cost.py``);
 * identity: ``spec-decode generate --target FILE --draft lookup --compare --json`` on two held-out
   prompts, greedy and at temperature 0.7 with three seeds: ``identical_tokens``, the speedup and,
   where the tokens differ, the first position that differs.
@@ -30,13 +30,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib.exact_rows_report import markdown
+from bench.lib.scratch_cache import scratch_cache
 
 TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16"
 BLOCKS = "1,2,3,4,8,16,32,64"
@@ -56,6 +56,7 @@ PROMPTS = {
     ),
 }
 SPEC_DECODE = str(Path(sys.executable).with_name("spec-decode"))
+PROMISE_COST = Path(__file__).with_name("promise_cost.py")
 
 
 def run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -95,30 +96,21 @@ def rows(model: str) -> dict:
     }
 
 
-def scratch_cache() -> Path:
-    """A fresh cache root sharing the user's built kernels and assembled models, so the first
-    ``--status --model`` run checks the model and the second reads what the first cached."""
-    from spec_decode.backends.cache import cache_root
-
-    root = Path(tempfile.mkdtemp(prefix="exact-rows-by-type-"))
-    for name in ("kernels", "models"):
-        (root / name).symlink_to(cache_root() / name)
-    return root
-
-
 def promise(model: str, env: dict[str, str]) -> dict:
-    """The backend's promise for ``model`` and the seconds it took: checked, then cached."""
-    seconds, loads, payload = [], [], {}
-    for _ in range(2):
-        loads.append(os.getloadavg()[0])
-        command = ["/usr/bin/time", "-f", "%e", SPEC_DECODE, "build-kernels", "--status"]
-        done = run([*command, "--model", model, "--json"], env)
-        seconds.append(float(done.stderr.strip().splitlines()[-1]))
-        payload = stdout_json(done)
+    """The promise ``build-kernels --status --model`` prints for ``model`` in a fresh cache (it
+    checks the model), and what the check costs, timed in process (``promise_cost.py``)."""
+    command = [SPEC_DECODE, "build-kernels", "--status", "--model", model, "--json"]
+    payload = stdout_json(run(command, env))
+    load = os.getloadavg()[0]
+    cost = stdout_json(run([sys.executable, str(PROMISE_COST), model]))
+    if cost["promise"] != payload["model_exact_rows"]:
+        raise RuntimeError(f"two checks of {model} disagree: {cost['promise']}")
     return {
         "promise": payload["model_exact_rows"],
-        "check_seconds": {"first": seconds[0], "cached": seconds[1]},
-        "load_average_1min": loads,
+        "check_seconds": cost["check_seconds"],
+        "check_seconds_again": cost["check_seconds_again"],
+        "cached_ms": cost["cached_ms"],
+        "load_average_1min": load,
     }
 
 
@@ -160,7 +152,7 @@ def measure(model: str, parts: set[str], tokens: int) -> dict:
     from spec_decode.backends.llamacpp.gguf_header import weight_types
 
     entry: dict = {"file_bytes": os.path.getsize(model), "weight_types": weight_types(model)}
-    cache = scratch_cache()
+    cache = scratch_cache("exact-rows-by-type-")
     env = {**os.environ, "SPEC_DECODE_CACHE": str(cache)}
     try:
         if "rows" in parts:

@@ -17,9 +17,7 @@ def _rows(entry: dict) -> str:
 
 def _check(entry: dict) -> str:
     seconds = entry.get("check_seconds")
-    if not seconds:
-        return "-"
-    return f"{seconds['first'] - seconds['cached']:.1f}"
+    return "-" if seconds is None else f"{seconds:.1f}"
 
 
 def _identity(entry: dict) -> tuple[str, str]:
@@ -45,12 +43,12 @@ def markdown(results: dict, costs: dict) -> str:
         *([results["build"], ""] if "build" in results else []),
         f"Rows of blocks of {results['blocks'].replace(',', '/')} tokens that differ bitwise "
         "from the same tokens scored one at a time; the promise `build-kernels --status --model "
-        "FILE` makes (the block size used) and what its check added to loading the model the "
-        "first time (seconds, against the second, cached, run); `generate --draft lookup "
-        "--compare` on two prompts written for this benchmark, greedy and at T = 0.7 with three "
-        "seeds: runs whose tokens equal target-only decoding's, and the median speedup; a "
-        "16-token block's time on the exact-rows build over llama-server's default build "
-        f"({costs.get('command', 'not measured')}).",
+        "FILE` makes (the block size used) and what its check adds to loading the model the "
+        "first time (seconds, timed in process by `bench/kernels/promise_cost.py`); "
+        "`generate --draft lookup --compare` on two prompts written for this benchmark, greedy "
+        "and at T = 0.7 with three seeds: runs whose tokens equal target-only decoding's, and "
+        "the median speedup; a 16-token block's time on the exact-rows build over "
+        f"llama-server's default build ({costs.get('command', 'not measured')}).",
         "",
         "| model | weight types | differing rows | promise | check s | identical | speedup "
         "| 16-token block vs default |",

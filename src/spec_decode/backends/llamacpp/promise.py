@@ -8,9 +8,12 @@ made per model, in two steps:
 
 1. the claim: the build's block size where every weight type of the file is covered, else
    :data:`UNCOVERED_BLOCK` (on a stock build, its own small size whatever the types);
-2. the check: blocks of growing size up to the claim are scored on the model's own weights and
-   compared bitwise with one-token rows (:func:`checked_block_size`); the size used is the
-   largest before the first that differs.
+2. the check: a block of each size where this llama.cpp switches kernels, up to the claim, is
+   scored on the model's own weights and compared bitwise with one-token rows
+   (:func:`checked_block_size`); the size used is the largest before the first that differs.
+   Longer blocks run the loops of the longest size checked, and every covered type is checked
+   at every size up to 64 by the per-type table and the tests, so the check stays short: it
+   runs once per model, the first time it is loaded.
 
 The result is cached by the file's fingerprint, the build and the CPU's flags
 (:func:`exact_rows`), so each model is checked once per machine.
@@ -47,13 +50,13 @@ COVERED_TYPES = frozenset(
 #: The claim for a model with a weight type outside :data:`COVERED_TYPES`: below 8 rows every
 #: type takes its one-row kernel, so short blocks may hold; the check says how many do.
 UNCOVERED_BLOCK = 4
-#: Block sizes checked on the way up to the claim: where the kernels switch (8 rows: the GEMM
-#: paths; 4: the repacked kernels' row groups) and the claim itself.
-_LADDER = (2, 3, 4, 8, 16)
-#: Rows of each block compared with one-token rows: a kernel path is chosen for the whole call,
-#: so the first rows show it.
-_COMPARED_ROWS = 4
-_PROMPT = 8
+#: Block sizes checked on the way up to the claim, one for each kernel a call of that many rows
+#: takes here (x86): below 4 rows the one-row kernels (the repacked types' GEMV), from 4 the
+#: repacked GEMM's 4-row loop, from 8 the tiled kernels, from 16 the repacked GEMM's 16-row loop.
+_LADDER = (2, 4, 8, 16)
+#: Rows of each block compared with one-token rows: a kernel path is chosen for the whole call
+#: and rows are grouped by 4 at most below 8, so the first two show it.
+_COMPARED_ROWS = 2
 
 
 @dataclass(frozen=True)
@@ -112,34 +115,31 @@ Decode = Callable[[Sequence[int], int, int], np.ndarray]
 def checked_block_size(
     decode: Decode, claim: int, n_vocab: int, seed: int = 0
 ) -> tuple[int, tuple[int, ...], int | None]:
-    """(size, sizes checked, the size that differed or None): scores blocks of the sizes in
-    :data:`_LADDER` below ``claim``, then ``claim``, after the same random prompt, and compares
-    the first rows of each bitwise with the same tokens scored one at a time."""
-    sizes = tuple(s for s in _LADDER if s < claim) + ((claim,) if claim > 1 else ())
+    """(size, sizes checked, the size that differed or None): scores blocks of random tokens of
+    the sizes in :data:`_LADDER` up to ``claim`` (the largest cut to the ladder's last), and
+    compares the first rows of each bitwise with the same tokens scored one at a time. ``claim``
+    is the result where none differs."""
+    top = min(claim, _LADDER[-1])
+    sizes = tuple(s for s in _LADDER if s < top) + ((top,) if top > 1 else ())
     if not sizes:
         return claim, (), None
-    tokens = np.random.default_rng(seed).integers(3, n_vocab, size=_PROMPT + claim).tolist()
-    follow = tokens[_PROMPT:]
-    decode(tokens[:_PROMPT], 0, 1)
-    reference = np.concatenate(
-        [decode([follow[i]], _PROMPT + i, 1) for i in range(min(claim, _COMPARED_ROWS))]
-    )
-    exact, checked = 1, []
-    for size in sizes:
+    tokens = np.random.default_rng(seed).integers(3, n_vocab, size=top).tolist()
+    reference = np.concatenate([decode([tokens[i]], i, 1) for i in range(min(top, _COMPARED_ROWS))])
+    exact = 1
+    for done, size in enumerate(sizes, start=1):
         rows = min(size, _COMPARED_ROWS)
-        block = decode(follow[:size], _PROMPT, rows)
-        checked.append(size)
+        block = decode(tokens[:size], 0, rows)
         if not (block.view(np.uint32) == reference[:rows].view(np.uint32)).all():
-            return exact, tuple(checked), size
+            return exact, sizes[:done], size
         exact = size
-    return exact, tuple(checked), None
+    return claim, sizes, None
 
 
 def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRows:
     """The promise for the GGUF at ``path`` loaded in this process with a context of ``n_ctx``
     positions, from the cache when this file was checked on this build and CPU before, else
     claimed, checked with ``decode`` (on the loaded model itself) and cached. In a context too
-    small for the whole claim, the blocks that fit are checked and that result is not cached."""
+    small for the whole check, the blocks that fit are checked and that result is not cached."""
     key = _cache_key(path)
     cached = _read(key)
     if cached is not None:
@@ -147,8 +147,7 @@ def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRow
     build_size = exact_block_size()
     types = tuple(sorted(weight_types(path)))
     claim = claimed_block_size(types, build_size, patched=patched_exact_rows() > 0)
-    room = n_ctx - _PROMPT
-    size, checked, differed = checked_block_size(decode, max(1, min(claim, room)), n_vocab)
+    size, checked, differed = checked_block_size(decode, min(claim, n_ctx), n_vocab)
     if differed is None:
         size = claim  # a context too small to check the whole claim cannot hold such blocks
     result = ExactRows(
@@ -159,7 +158,7 @@ def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRow
         checked=checked,
         differed=differed,
     )
-    if claim <= room:
+    if min(claim, _LADDER[-1]) <= n_ctx:  # the whole check fitted
         atomic_write_text(_cache_file(key), json.dumps(asdict(result)))
     return result
 
