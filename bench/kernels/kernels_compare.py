@@ -33,7 +33,7 @@ def parse_args() -> argparse.Namespace:
         required=True,
         help="LABEL=LIB_DIR (empty LIB_DIR: llama-cpp-python's own libraries)",
     )
-    ap.add_argument("--blocks", default="1,2,4,8,16,32,48")
+    ap.add_argument("--blocks", default="1,2,4,8,16,32,48", help="with 1: ratios are to it")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--context", type=int, default=48, help="cached tokens before each block")
@@ -41,6 +41,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if "1" not in args.blocks.split(","):
+        ap.error("--blocks must include 1: every block's cost is given against the one-token pass")
     if args.model is None:
         from spec_decode.backends import assembly, registry
 

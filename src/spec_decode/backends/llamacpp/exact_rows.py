@@ -1,4 +1,5 @@
-"""Check, bitwise, that a llama.cpp build scores every row of a block like a token scored alone.
+"""Check, bitwise, that a llama.cpp build scores every row of a block like a token scored alone,
+and every row of a call several sequences share like the sequence's own rows alone.
 
 :func:`row_mismatches` reads a prompt in one call, scores the next ``max(blocks)`` tokens one at a
 time (the reference rows: what target-only decoding computes), then, for each block size B, reads
@@ -6,11 +7,15 @@ the same prompt afresh and scores the first B of those tokens in ONE ``llama_dec
 rows of logits is compared with its reference row as raw float32 bits. The prompt is read the same
 way both times, so only the block's own kernels can make a row differ.
 
+:func:`shared_call_mismatches` feeds several token streams on sequences of one context, each call
+taking a random share of each (prompt chunks and blocks alike, in a random order of sequences, as
+the server's slots do), and compares every row with the stream's rows on a context of its own.
+
 Used by the tests (tiny GGUFs of each covered K-quant and IQ4_XS), by
-``bench/kernels/kernels_exact_rows.py`` (the packaged target) and by the builder. Runs against
-whichever libraries llama-cpp-python loaded (``LLAMA_CPP_LIB_PATH``);
-``python -m spec_decode.backends.llamacpp.exact_rows MODEL`` prints the result as JSON, so a check
-of another build runs in a subprocess.
+``bench/kernels/kernels_exact_rows.py`` and ``bench/kernels/shared_calls.py`` (the packaged
+target) and by the builder. Runs against whichever libraries llama-cpp-python loaded
+(``LLAMA_CPP_LIB_PATH``); ``python -m spec_decode.backends.llamacpp.exact_rows MODEL`` prints
+:func:`row_mismatches` as JSON, so a check of another build runs in a subprocess.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_decode.backends.llamacpp.context import LlamaContext, Row
 from spec_decode.backends.llamacpp.raw import RawContext
 
 
@@ -58,12 +64,80 @@ def row_mismatches(
             raw.forget_from(0)
             raw.decode(tokens[:prompt_len], 0)
             rows = raw.decode(tokens[prompt_len : prompt_len + size], prompt_len)
-            same = (rows.view(np.uint32) == reference[:size].view(np.uint32)).all(axis=1)
+            same = _bitwise_equal(rows, reference[:size])
             result[size] = {
                 "rows": [int(i) for i in np.flatnonzero(~same)],
                 "max_abs_diff": float(np.abs(rows - reference[:size]).max()),
             }
         return result
+
+
+def shared_call_mismatches(
+    model_path: Path,
+    streams: Sequence[Sequence[int]],
+    seed: int,
+    *,
+    most: int = 24,
+    unified: bool = False,
+    threads: int = 2,
+) -> list[list[int]]:
+    """Per stream, the indices of its rows that differ bitwise from :func:`solo_rows`, when the
+    streams are fed on sequences of one context (cells of their own, unless ``unified``): each
+    call takes 0 to ``most`` next tokens of each stream, sequences in a random order (``seed``)."""
+    window = max(map(len, streams)) + 1
+    cells = window * len(streams) if unified else window  # a unified cache holds them all
+    context = LlamaContext(
+        Path(model_path), n_threads=threads, n_ctx=cells, n_seq=len(streams), unified=unified
+    )
+    try:
+        shared = _shared_rows(context, streams, np.random.default_rng(seed), most)
+    finally:
+        context.close()
+    return [
+        [int(i) for i in np.flatnonzero(~_bitwise_equal(got, solo_rows(model_path, s, threads)))]
+        for got, s in zip(shared, streams, strict=True)
+    ]
+
+
+def solo_rows(model_path: Path, stream: Sequence[int], threads: int = 2) -> np.ndarray:
+    """The stream's rows on a context of its own: one call for the first 8 tokens, then one
+    token a call (target-only decoding's calls)."""
+    context = LlamaContext(Path(model_path), n_threads=threads, n_ctx=len(stream) + 1)
+    try:
+        rows = [context.decode([Row(t, i, (0,), True) for i, t in enumerate(stream[:8])]).copy()]
+        rows += [
+            context.decode([Row(t, i, (0,), True)]).copy()
+            for i, t in enumerate(stream[8:], start=8)
+        ]
+        return np.concatenate(rows)
+    finally:
+        context.close()
+
+
+def _shared_rows(
+    context: LlamaContext, streams: Sequence[Sequence[int]], rng: np.random.Generator, most: int
+) -> list[np.ndarray]:
+    """Every stream's rows of logits, fed on sequence ``i`` of ``context`` in shared calls."""
+    fed = [0] * len(streams)
+    rows: list[list[np.ndarray]] = [[] for _ in streams]
+    while any(f < len(s) for f, s in zip(fed, streams, strict=True)):
+        batch, owners = [], []
+        for seq in map(int, rng.permutation(len(streams))):
+            take = min(int(rng.integers(0, most + 1)), len(streams[seq]) - fed[seq])
+            batch += [
+                Row(streams[seq][i], i, (seq,), True) for i in range(fed[seq], fed[seq] + take)
+            ]
+            owners += [seq] * take
+            fed[seq] += take
+        if batch:
+            for owner, logits in zip(owners, context.decode(batch), strict=True):
+                rows[owner].append(logits.copy())
+    return [np.array(r) for r in rows]
+
+
+def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row, whether every float32 of ``a`` has the bits of ``b``'s."""
+    return (a.view(np.uint32) == b.view(np.uint32)).all(axis=1)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
