@@ -1,6 +1,6 @@
-"""The concurrent serving benchmark's client side (``bench/serving/concurrent.py``): its requests
-(public prompts, greedy or seeded), several clients sending them at once, and the second user's
-probe (a short request sent while long answers stream).
+"""The concurrent serving benchmark's client side (``bench/serving/concurrent_users.py``): its
+requests (public prompts, greedy or seeded), several clients sending them at once, and the second
+user's probe (a short request sent while long answers stream).
 
 Every request is one streamed turn timed by :func:`bench.lib.serve_client.run_turn`; its sampling
 (temperature, seed) travels in the request's extra fields, which override that function's greedy

@@ -1,6 +1,7 @@
-"""The concurrent serving benchmark's arithmetic and report (``bench/serving/concurrent.py``): per
-variant and client count, aggregate tokens/s, time to first token (median, p95), the second
-user's first token, and identity of every answer with the same request's solo answer."""
+"""The concurrent serving benchmark's arithmetic and report
+(``bench/serving/concurrent_users.py``): per variant and client count, aggregate tokens/s, time
+to first token (median, p95), the second user's first token, and identity of every answer with
+the same request's solo answer."""
 
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ def markdown(results: dict) -> str:
     info, setup = results["machine"], results["setup"]
     counts = ", ".join(f"{n} {w}" for w, n in setup["workloads"].items())
     lines = [
-        "## Concurrent serving (`python bench/serving/concurrent.py`)",
+        "## Concurrent serving (`python bench/serving/concurrent_users.py`)",
         "",
         f"{info['cpu']}, {info['cores']} cores (load average {info['load_average_start'][0]:.2f} "
         f"at start, {info['load_average_end'][0]:.2f} at end), threads {setup['threads']}, "

