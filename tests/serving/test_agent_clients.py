@@ -6,6 +6,7 @@ schema. The tiny model is random: what is tested is that these clients' requests
 
 from __future__ import annotations
 
+import asyncio
 from typing import Literal
 
 import pytest
@@ -57,6 +58,46 @@ def test_an_openai_agents_agent_calls_its_tool_and_finishes(server, no_whitespac
     result = agents.Runner.run_sync(agent, "read a", max_turns=4)
     assert read and read[0] in ("a", "b")
     assert isinstance(result.final_output, str)
+
+
+def test_four_agents_at_once_each_run_as_alone(server, no_whitespace):
+    """Four ``openai-agents`` agents at once on the server's slots (their requests share target
+    calls): each calls the tools and ends with the answer it gets when it runs alone."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+    tasks = ["read a", "read b", "read a then b", "read b twice"]
+
+    def reader(task: str, read: list[str]):
+        @agents.function_tool
+        def read_file(path: Literal["a", "b"]) -> str:
+            """Read a file."""
+            read.append(path)
+            return {"a": "abc", "b": "de"}[path]
+
+        return agents.Agent(
+            name="reader",
+            instructions=task,
+            tools=[read_file],
+            model=agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+            model_settings=agents.ModelSettings(
+                tool_choice="required", max_tokens=100, temperature=0,
+                extra_body={"logit_bias": no_whitespace},
+            ),  # fmt: skip
+        )
+
+    async def run(task: str) -> tuple[list[str], str]:
+        read: list[str] = []
+        result = await agents.Runner.run(reader(task, read), task, max_turns=4)
+        return read, result.final_output
+
+    async def alone_then_together():
+        alone = [await run(task) for task in tasks]
+        return alone, await asyncio.gather(*(run(task) for task in tasks))
+
+    alone, together = asyncio.run(alone_then_together())
+    assert all(read for read, _ in alone)
+    assert list(together) == alone
 
 
 @pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
