@@ -7,6 +7,8 @@ schema. The tiny model is random: what is tested is that these clients' requests
 from __future__ import annotations
 
 import asyncio
+import re
+import urllib.request
 from typing import Literal
 
 import pytest
@@ -81,9 +83,11 @@ def test_four_agents_at_once_each_run_as_alone(server, no_whitespace):
             tools=[read_file],
             model=agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
             model_settings=agents.ModelSettings(
-                tool_choice="required", max_tokens=100, temperature=0,
+                tool_choice="required",
+                max_tokens=100,
+                temperature=0,
                 extra_body={"logit_bias": no_whitespace},
-            ),  # fmt: skip
+            ),
         )
 
     async def run(task: str) -> tuple[list[str], str]:
@@ -93,11 +97,21 @@ def test_four_agents_at_once_each_run_as_alone(server, no_whitespace):
 
     async def alone_then_together():
         alone = [await run(task) for task in tasks]
-        return alone, await asyncio.gather(*(run(task) for task in tasks))
+        shared = shared_decodes(server)
+        together = await asyncio.gather(*(run(task) for task in tasks))
+        return alone, together, shared_decodes(server) - shared
 
-    alone, together = asyncio.run(alone_then_together())
+    alone, together, shared = asyncio.run(alone_then_together())
     assert all(read for read, _ in alone)
     assert list(together) == alone
+    assert shared > 0, "the agents' requests never shared a target call"
+
+
+def shared_decodes(server) -> float:
+    """``spec_decode_shared_decodes`` from the server's ``/metrics``."""
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return float(re.search(r"^spec_decode_shared_decodes (\S+)$", text, re.M).group(1))
 
 
 @pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
