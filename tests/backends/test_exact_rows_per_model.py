@@ -18,9 +18,13 @@ pytest.importorskip("gguf")
 from kquant_gguf import write_kquant_gguf
 
 from spec_decode import SamplingParams, generate_autoregressive
-from spec_decode.backends.llamacpp import LlamaCppModel, promise
+from spec_decode.backends.llamacpp import LlamaCppModel, promise, slots
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches
-from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
+from spec_decode.backends.llamacpp.kernels import (
+    exact_block_size,
+    kernels_status,
+    patched_exact_rows,
+)
 from spec_decode.certify.identity import identity_certificate, target_only_run
 from spec_decode.core.coupled import coupled_rule
 from spec_decode.drafting.speculative import generate_speculative
@@ -106,6 +110,22 @@ def test_the_promise_is_cached_per_model_build_and_cpu(q4_k_m, monkeypatch):
 
     monkeypatch.setattr(promise, "checked_block_size", no_check)
     assert load(q4_k_m).exact_rows.size == 64
+
+
+def test_a_drafts_slots_are_not_checked(q4_k_m, monkeypatch):
+    """A draft proposes from what it computed, so its slots take the build's size unchecked
+    (the server opens the draft with as many slots as the target)."""
+
+    def no_check(*args, **kwargs):
+        raise AssertionError("a draft's rows were checked")
+
+    monkeypatch.setattr(slots, "exact_rows", no_check)
+    models, _ = slots.open_slots(q4_k_m, 2, n_threads=2, n_ctx=256, check_rows=False)
+    try:
+        assert all(m.exact_rows is None for m in models)
+        assert models[0].exact_block_size == exact_block_size()
+    finally:
+        models[0].close()
 
 
 def test_greedy_and_seeded_output_on_an_uncovered_model_is_target_only_output(uncovered):

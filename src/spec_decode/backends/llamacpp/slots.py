@@ -43,7 +43,7 @@ from spec_decode.backends.llamacpp.model import LlamaCppModel, gguf_file
 from spec_decode.backends.llamacpp.promise import exact_rows
 
 #: Tokens one step feeds at most: a verification block whole, a prompt in chunks. No more than
-#: the block size the per-model promise checks (:mod:`.promise`), so shared calls stay exact.
+#: the block size the per-model promise makes (:mod:`.promise`), so shared calls stay exact.
 DEFAULT_BUDGET = 64
 #: The longest a step waits, after the first post, for every running request to post.
 GATHER_S = 0.05
@@ -231,8 +231,11 @@ def open_slots(
     context = LlamaContext(file, n_threads=threads, n_ctx=n_ctx, n_seq=n_slots, unified=False)
     batcher = Batcher(context, budget)
     first = LlamaCppModel.on_sequence(file, context, 0, context.decode, None)
-    promise = exact_rows(file, first.probe, first.vocab_size, first.context_window)
-    promise = promise if check_rows else None
+    promise = (
+        exact_rows(file, first.probe, first.vocab_size, first.context_window)
+        if check_rows
+        else None
+    )
     models = [
         LlamaCppModel.on_sequence(file, context, seq, batcher.decode, promise)
         for seq in range(n_slots)
