@@ -80,7 +80,10 @@ def test_the_claim_follows_the_weight_types() -> None:
 def test_why_names_the_reason() -> None:
     covered = ExactRows(64, 64, ("F32", "Q4_K"), (), (2, 4, 8, 16), None)
     assert not covered.reduced
-    assert "64" in covered.why and "checked bitwise" in covered.why
+    assert covered.why == (
+        "blocks of up to 64 tokens exact (checked bitwise on this model: 2, 4, 8, 16; longer "
+        "blocks take the 16-token block's kernels)"
+    )
     uncovered = ExactRows(4, 64, ("F32", "IQ2_XXS"), ("IQ2_XXS",), (2, 4), None)
     assert uncovered.reduced and "do not cover IQ2_XXS" in uncovered.why
     differed = ExactRows(2, 64, ("Q4_K",), (), (2, 4), 4)

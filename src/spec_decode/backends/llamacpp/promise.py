@@ -85,8 +85,14 @@ class ExactRows:
                 f"blocks of up to {self.size} tokens exact: the exact-rows kernels do not cover "
                 f"{', '.join(self.uncovered)} (checked bitwise on this model: {checked})"
             )
+        longer = (
+            f"; longer blocks take the {self.checked[-1]}-token block's kernels"
+            if self.checked and self.size > self.checked[-1]
+            else ""
+        )
         return (
-            f"blocks of up to {self.size} tokens exact (checked bitwise on this model: {checked})"
+            f"blocks of up to {self.size} tokens exact (checked bitwise on this model: "
+            f"{checked}{longer})"
         )
 
     def report(self) -> dict[str, object]:
@@ -165,14 +171,16 @@ def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRow
 
 def _cache_key(path: Path) -> str:
     """The file's fingerprint, the loaded libraries (their folder and each file's size and
-    modification time: a rebuild changes it) and the CPU's flags."""
+    modification time: a rebuild changes it), the CPU's flags and the check itself (a changed
+    check checks again)."""
     folder = load().folder or own_library_folder()
     libraries = (
         sorted(f"{f.name} {f.stat().st_size} {f.stat().st_mtime_ns}" for f in folder.glob("*.so*"))
         if folder
         else []
     )
-    parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(cpu_flags()))]
+    check = f"ladder {_LADDER} rows {_COMPARED_ROWS}"
+    parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(cpu_flags())), check]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
