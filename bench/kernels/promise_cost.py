@@ -1,14 +1,16 @@
 """What the per-model promise adds to loading a model: its bitwise check, timed in process.
 
-Loads FILE once without the check, then times :func:`~spec_decode.backends.llamacpp.promise.
-exact_rows` in a fresh cache root that shares the user's kernels (``bench.lib.scratch_cache``),
-so nothing was checked before: the first call
-claims, checks the model and caches the result, the second reads the cache. The check alone
-(``checked_block_size`` on the same claim) is timed ``--repeats`` more times. The first call's
-seconds are what a model's first load costs more than a load whose promise is cached (the
-first calls after a load also warm the threads and caches, which a first generation would
-otherwise pay); the repeats show the check warm. Timing in process leaves out what a command's
-two runs would also differ by (the file read from disk, then from the page cache).
+Loads FILE once without the check, then calls :func:`~spec_decode.backends.llamacpp.promise.
+exact_rows` twice in a fresh cache root that shares the user's kernels
+(``bench.lib.scratch_cache``): the first call claims, checks the model and caches the result;
+the second reads the cache. The check alone (``checked_block_size`` on the same claim) is timed
+``--repeats`` more times.
+
+The first call's seconds are what a model's first load costs more than a load whose promise is
+cached. (The first calls after a load also warm the threads and caches, which a first
+generation would otherwise pay; the repeats show the check warm.) Timing in process leaves out
+what two runs of a command would also differ by: the file read from disk, then from the page
+cache.
 
     python bench/kernels/promise_cost.py FILE   # prints JSON
 """
