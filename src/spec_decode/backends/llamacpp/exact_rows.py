@@ -64,7 +64,7 @@ def row_mismatches(
             raw.forget_from(0)
             raw.decode(tokens[:prompt_len], 0)
             rows = raw.decode(tokens[prompt_len : prompt_len + size], prompt_len)
-            same = _bitwise_equal(rows, reference[:size])
+            same = bitwise_equal_rows(rows, reference[:size])
             result[size] = {
                 "rows": [int(i) for i in np.flatnonzero(~same)],
                 "max_abs_diff": float(np.abs(rows - reference[:size]).max()),
@@ -93,10 +93,11 @@ def shared_call_mismatches(
         shared = _shared_rows(context, streams, np.random.default_rng(seed), most)
     finally:
         context.close()
-    return [
-        [int(i) for i in np.flatnonzero(~_bitwise_equal(got, solo_rows(model_path, s, threads)))]
-        for got, s in zip(shared, streams, strict=True)
+    differing = [
+        ~bitwise_equal_rows(got, solo_rows(model_path, stream, threads))
+        for got, stream in zip(shared, streams, strict=True)
     ]
+    return [[int(i) for i in np.flatnonzero(rows)] for rows in differing]
 
 
 def solo_rows(model_path: Path, stream: Sequence[int], threads: int = 2) -> np.ndarray:
@@ -135,7 +136,7 @@ def _shared_rows(
     return [np.array(r) for r in rows]
 
 
-def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def bitwise_equal_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per row, whether every float32 of ``a`` has the bits of ``b``'s."""
     return (a.view(np.uint32) == b.view(np.uint32)).all(axis=1)
 

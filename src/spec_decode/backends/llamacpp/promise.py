@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from spec_decode.backends.cache import atomic_write_text, cache_root
+from spec_decode.backends.llamacpp.exact_rows import bitwise_equal_rows
 from spec_decode.backends.llamacpp.gguf_header import fingerprint, weight_types
 from spec_decode.backends.llamacpp.isa import cpu_flags
 from spec_decode.backends.llamacpp.kernels import (
@@ -135,7 +136,7 @@ def checked_block_size(
     for done, size in enumerate(sizes, start=1):
         rows = min(size, _COMPARED_ROWS)
         block = decode(tokens[:size], 0, rows)
-        if not (block.view(np.uint32) == reference[:rows].view(np.uint32)).all():
+        if not bitwise_equal_rows(block, reference[:rows]).all():
             return exact, sizes[:done], size
         exact = size
     return claim, sizes, None
