@@ -21,24 +21,26 @@ def test_the_summary_fits_80_columns_whole(monkeypatch):
         "draft_loaded": False,
         "speedup": 1.52, "identical_tokens": True,
     }  # fmt: skip
-    out = io.StringIO()
-    monkeypatch.setattr(generate, "console", Console(file=out, width=80, color_system=None))
-    generate._print_summary(payload, {"speculative": run, "target-only": run})
-    text = out.getvalue()
+    text = printed(monkeypatch, payload, {"speculative": run, "target-only": run})
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     for header in ("run", "tokens", "tok/s", "passes", "accepted", "tok/pass", "wall s"):
         assert header in text
     assert "speculative" in text and "target-only" in text
 
 
+def printed(monkeypatch, payload: dict, runs: dict[str, Completion]) -> str:
+    """What the summary prints for ``payload`` and ``runs`` on an 80-column terminal."""
+    out = io.StringIO()
+    monkeypatch.setattr(generate, "console", Console(file=out, width=80, color_system=None))
+    generate._print_summary(payload, runs)
+    return out.getvalue()
+
+
 def summary(monkeypatch, **payload) -> str:
     trace = Trace(tokens=list(range(8)))
     run = Completion(trace.tokens, "x", "length", 10, 0, trace, 1.0)
     payload = {"backend": "llama.cpp", "tree": None, "k": 63, "prompt_tokens": 10} | payload
-    out = io.StringIO()
-    monkeypatch.setattr(generate, "console", Console(file=out, width=80, color_system=None))
-    generate._print_summary(payload, {"speculative": run})
-    return out.getvalue()
+    return printed(monkeypatch, payload, {"speculative": run})
 
 
 def test_a_draft_set_aside_is_not_called_unable_to_pay(monkeypatch):
