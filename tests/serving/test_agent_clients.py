@@ -33,30 +33,36 @@ def server(json_pair):
     assert running.stop() == 0, "".join(running.lines)
 
 
-def test_an_openai_agents_agent_calls_its_tool_and_finishes(server, no_whitespace):
-    agents = pytest.importorskip("agents")
-    agents.set_tracing_disabled(True)
-    read: list[str] = []
+def reader(agents, server, task: str, read: list[str], no_whitespace) -> object:
+    """An agent told ``task``, greedy, whose one tool reads file "a" or "b" (noting it in
+    ``read``); its first turn must call it. A call is about 70 tokens (letters, one a token)."""
 
     @agents.function_tool
     def read_file(path: Literal["a", "b"]) -> str:
         """Read a file."""
         read.append(path)
-        return "abc"
+        return {"a": "abc", "b": "de"}[path]
 
     client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
-    agent = agents.Agent(
+    return agents.Agent(
         name="reader",
-        instructions="read a",
+        instructions=task,
         tools=[read_file],
         model=agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
         model_settings=agents.ModelSettings(
             tool_choice="required",
-            max_tokens=100,  # a call of about 70 tokens (letters, one a token)
+            max_tokens=100,
             temperature=0,
             extra_body={"logit_bias": no_whitespace},
         ),
     )  # after a call the SDK resets tool_choice to auto, so the next turn may answer
+
+
+def test_an_openai_agents_agent_calls_its_tool_and_finishes(server, no_whitespace):
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    read: list[str] = []
+    agent = reader(agents, server, "read a", read, no_whitespace)
     result = agents.Runner.run_sync(agent, "read a", max_turns=4)
     assert read and read[0] in ("a", "b")
     assert isinstance(result.final_output, str)
@@ -67,32 +73,12 @@ def test_four_agents_at_once_each_run_as_alone(server, no_whitespace):
     calls): each calls the tools and ends with the answer it gets when it runs alone."""
     agents = pytest.importorskip("agents")
     agents.set_tracing_disabled(True)
-    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
     tasks = ["read a", "read b", "read a then b", "read b twice"]
-
-    def reader(task: str, read: list[str]):
-        @agents.function_tool
-        def read_file(path: Literal["a", "b"]) -> str:
-            """Read a file."""
-            read.append(path)
-            return {"a": "abc", "b": "de"}[path]
-
-        return agents.Agent(
-            name="reader",
-            instructions=task,
-            tools=[read_file],
-            model=agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
-            model_settings=agents.ModelSettings(
-                tool_choice="required",
-                max_tokens=100,
-                temperature=0,
-                extra_body={"logit_bias": no_whitespace},
-            ),
-        )
 
     async def run(task: str) -> tuple[list[str], str]:
         read: list[str] = []
-        result = await agents.Runner.run(reader(task, read), task, max_turns=4)
+        agent = reader(agents, server, task, read, no_whitespace)
+        result = await agents.Runner.run(agent, task, max_turns=4)
         return read, result.final_output
 
     async def alone_then_together():
