@@ -118,9 +118,12 @@ def iq2_xxs(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 PROJECTIONS = {Q4_K: q4_k, Q5_K: q5_k, Q3_K: q3_k, Q2_K: q2_k, IQ4_XS: iq4_xs, IQ2_XXS: iq2_xxs}
 
 
-def write_kquant_gguf(path: Path, seed: int = 0, projection: str = "Q4_K") -> Path:
+def write_kquant_gguf(
+    path: Path, seed: int = 0, projection: str = "Q4_K", output: str = "Q6_K"
+) -> Path:
     """The model at ``path``: its attention and feed-forward projections of type
-    ``projection`` (a key of :data:`PROJECTIONS`), the rest laid out as in a Q4_K_M file."""
+    ``projection`` and its output layer of type ``output`` (Q6_K or a key of
+    :data:`PROJECTIONS`), the rest laid out as in a Q4_K_M file."""
     rng = np.random.default_rng(seed)
     kv = KV_HEADS * HIDDEN // HEADS
     tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(VOCAB - 3)]
@@ -135,7 +138,13 @@ def write_kquant_gguf(path: Path, seed: int = 0, projection: str = "Q4_K") -> Pa
 
     add("token_embd.weight", q4_k(rng, VOCAB, HIDDEN), VOCAB, HIDDEN, Q4_K)
     writer.add_tensor("output_norm.weight", np.ones(HIDDEN, np.float32))
-    add("output.weight", q6_k(rng, VOCAB, HIDDEN, spread=4.0), VOCAB, HIDDEN, Q6_K)
+    out_type = gguf.GGMLQuantizationType[output]
+    out = (
+        q6_k(rng, VOCAB, HIDDEN, spread=4.0)
+        if out_type == Q6_K
+        else PROJECTIONS[out_type](rng, VOCAB, HIDDEN)
+    )
+    add("output.weight", out, VOCAB, HIDDEN, out_type)
     for i in range(LAYERS):
         mixed = Q6_K if i == 0 else proj_type  # *_K_M: some attn_v and ffn_down stay Q6_K
         make = q6_k if i == 0 else proj

@@ -102,6 +102,17 @@ def test_the_check_catches_a_claim_the_rows_do_not_keep(uncovered, monkeypatch):
     assert "8-token blocks differ" in rows.why
 
 
+def test_the_check_computes_every_rows_output_layer(tmp_path, monkeypatch):
+    """llama.cpp runs the output layer on the rows whose logits are asked for only, so a check
+    that asked for the compared rows alone would score an output layer of another type in its
+    one-row kernel: here the output layer alone is IQ2_XXS, wrongly listed as covered, and the
+    check still refuses blocks of 8."""
+    monkeypatch.setattr(promise, "COVERED_TYPES", promise.COVERED_TYPES | {UNCOVERED})
+    path = write_kquant_gguf(tmp_path / "iq2_xxs_output.gguf", output=UNCOVERED)
+    rows = load(path).exact_rows
+    assert rows.differed == 8 and rows.size == 4
+
+
 def test_the_promise_is_cached_per_model_build_and_cpu(q4_k_m, monkeypatch):
     load(q4_k_m)
 

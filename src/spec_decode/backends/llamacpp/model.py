@@ -156,15 +156,14 @@ class LlamaCppModel(PrefixCachedModel):
             return 0
         return self._trim(keep)
 
-    def probe(self, tokens: Sequence[int], first_position: int, n_rows: int) -> np.ndarray:
-        """Logits (a copy) of the first ``n_rows`` of ``tokens``, fed in ONE call at
+    def probe(self, tokens: Sequence[int], first_position: int) -> np.ndarray:
+        """Logits (a copy) of every row of ``tokens``, fed in ONE call at
         ``first_position`` on after the cache is cut there: the row check of :mod:`.promise`,
         run at load time on the context itself, outside the cache bookkeeping (reset after)."""
         self._cached, self._invariant = [], 0
         self._context.forget(self._seq, first_position)
         rows = [
-            Row(token, first_position + i, (self._seq,), i < n_rows)
-            for i, token in enumerate(tokens)
+            Row(token, first_position + i, (self._seq,), True) for i, token in enumerate(tokens)
         ]
         return self._context.decode(rows).copy()
 

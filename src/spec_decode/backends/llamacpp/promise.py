@@ -56,7 +56,10 @@ UNCOVERED_BLOCK = 4
 #: repacked GEMM's 4-row loop, from 8 the tiled kernels, from 16 the repacked GEMM's 16-row loop.
 _LADDER = (2, 4, 8, 16)
 #: Rows of each block compared with one-token rows: a kernel path is chosen for the whole call
-#: and rows are grouped by 4 at most below 8, so the first two show it.
+#: and rows are grouped by 4 at most below 8, so the first two show it. Every row's logits are
+#: computed all the same, as when a block is verified: llama.cpp runs the last layer's
+#: feed-forward and the output layer on the rows asked for only, and those matrices (their
+#: shapes, whether they were repacked) choose kernels of their own.
 _COMPARED_ROWS = 2
 
 
@@ -114,9 +117,9 @@ def claimed_block_size(types: Sequence[str], build_size: int, patched: bool) -> 
     return min(build_size, UNCOVERED_BLOCK)
 
 
-#: ``decode(tokens, first_position, n_rows)``: logits of the first ``n_rows`` of ``tokens`` fed
-#: in ONE call at ``first_position`` on, after dropping every cached position from it.
-Decode = Callable[[Sequence[int], int, int], np.ndarray]
+#: ``decode(tokens, first_position)``: logits of every row of ``tokens`` fed in ONE call at
+#: ``first_position`` on, after dropping every cached position from it.
+Decode = Callable[[Sequence[int], int], np.ndarray]
 
 
 def checked_block_size(
@@ -131,11 +134,11 @@ def checked_block_size(
     if not sizes:
         return claim, (), None
     tokens = np.random.default_rng(seed).integers(3, n_vocab, size=top).tolist()
-    reference = np.concatenate([decode([tokens[i]], i, 1) for i in range(min(top, _COMPARED_ROWS))])
+    reference = np.concatenate([decode([tokens[i]], i) for i in range(min(top, _COMPARED_ROWS))])
     exact = 1
     for done, size in enumerate(sizes, start=1):
         rows = min(size, _COMPARED_ROWS)
-        block = decode(tokens[:size], 0, rows)
+        block = decode(tokens[:size], 0)[:rows]
         if not bitwise_equal_rows(block, reference[:rows]).all():
             return exact, sizes[:done], size
         exact = size
@@ -180,7 +183,7 @@ def _cache_key(path: Path) -> str:
         if folder
         else []
     )
-    check = f"ladder {_LADDER} rows {_COMPARED_ROWS}"
+    check = f"ladder {_LADDER} rows {_COMPARED_ROWS} of all computed"
     parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(cpu_flags())), check]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
