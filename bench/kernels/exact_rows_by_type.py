@@ -149,9 +149,11 @@ def identity(model: str, tokens: int, env: dict[str, str]) -> dict:
 def measure(model: str, parts: set[str], tokens: int) -> dict:
     """The parts asked for (rows, promise, identity), in a scratch cache of their own; a part
     that fails is reported under ``error`` and the next type is measured."""
+    from spec_decode.backends.llamacpp.build import kernels_dir
     from spec_decode.backends.llamacpp.gguf_header import weight_types
 
     entry: dict = {"file_bytes": os.path.getsize(model), "weight_types": weight_types(model)}
+    entry["kernels"] = os.environ.get("LLAMA_CPP_LIB_PATH") or kernels_dir().name  # what ran
     cache = scratch_cache("exact-rows-by-type-")
     env = {**os.environ, "SPEC_DECODE_CACHE": str(cache)}
     try:

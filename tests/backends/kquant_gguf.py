@@ -4,9 +4,10 @@
 and the 4-row GEMM), Q6_K ``attn_v``, ``ffn_down`` (layer 0) and output (the vec_dot below 8
 rows, the tiled kernel from 8). gguf-py has no K-quant quantizer; random blocks with moderate
 scales are valid weights all the same. ``projection`` makes the projections another type: Q5_K,
-Q3_K, IQ4_XS (vec_dot below 8 rows, the tiled kernel from 8) and Q2_K (repacked on AVX-512),
-which the exact-rows kernels cover, or IQ2_XXS, which they do not: the negative control of the
-per-model promise.
+Q3_K, IQ4_XS (vec_dot below 8 rows, the tiled kernel from 8) and Q2_K (repacked on AVX-512), the
+types gguf-py quantizes itself (Q8_0, Q5_0, Q4_1, Q4_0, F16, BF16: random weights quantized), all
+of which the exact-rows kernels cover, or IQ2_XXS, which they do not: the negative control of
+the per-model promise.
 """
 
 from __future__ import annotations
@@ -114,8 +115,24 @@ def iq2_xxs(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
+def quantized(qtype: gguf.GGMLQuantizationType):
+    """A generator of ``qtype`` weights that gguf-py quantizes: random weights with a spread of
+    about 1/sqrt(cols), quantized."""
+
+    def make(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+        dense = rng.standard_normal((rows, cols)).astype(np.float32) / np.sqrt(cols)
+        return gguf.quants.quantize(dense, qtype)
+
+    return make
+
+
+#: the types gguf-py quantizes that the exact-rows kernels cover
+QUANTIZED = tuple(
+    gguf.GGMLQuantizationType[name] for name in ("Q8_0", "Q5_0", "Q4_1", "Q4_0", "F16", "BF16")
+)
 #: the generator of each type the projections can take
 PROJECTIONS = {Q4_K: q4_k, Q5_K: q5_k, Q3_K: q3_k, Q2_K: q2_k, IQ4_XS: iq4_xs, IQ2_XXS: iq2_xxs}
+PROJECTIONS.update({qtype: quantized(qtype) for qtype in QUANTIZED})
 
 
 def write_kquant_gguf(
@@ -133,7 +150,8 @@ def write_kquant_gguf(
     proj = PROJECTIONS[proj_type]
 
     def add(name: str, data: np.ndarray, rows: int, cols: int, qtype) -> None:
-        assert data.shape == (rows, cols // QK_K * BLOCK_BYTES[qtype])
+        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        assert data.shape[0] == rows and data.nbytes == rows * cols // block * block_bytes
         writer.add_tensor(name, data, raw_dtype=qtype)  # bytes per row; gguf derives the shape
 
     add("token_embd.weight", q4_k(rng, VOCAB, HIDDEN), VOCAB, HIDDEN, Q4_K)

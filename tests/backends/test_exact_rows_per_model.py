@@ -42,6 +42,8 @@ COVERED = {
     "Q3_K": ("F32", "Q3_K", "Q4_K", "Q6_K"),
     "Q2_K": ("F32", "Q2_K", "Q4_K", "Q6_K"),
     "IQ4_XS": ("F32", "IQ4_XS", "Q4_K", "Q6_K"),
+    **{t: tuple(sorted({"F32", t, "Q4_K", "Q6_K"})) for t in ("Q8_0", "Q5_0", "Q4_1", "Q4_0")},
+    **{t: tuple(sorted({"F32", t, "Q4_K", "Q6_K"})) for t in ("F16", "BF16")},
 }
 UNCOVERED = "IQ2_XXS"
 

@@ -51,7 +51,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spec_decode.backends.cache import cache_root
-from spec_decode.backends.llamacpp.isa import cpu_flags, isa_level, native_flags, required_flags
+from spec_decode.backends.llamacpp.isa import (
+    AVX512_BF16_FLAG,
+    AVX512_VNNI_FLAG,
+    cpu_flags,
+    isa_level,
+    level_extensions,
+    native_flags,
+    required_flags,
+)
 
 SDIST_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
@@ -97,14 +105,20 @@ CMAKE_ARGS = (
 
 def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
     """:data:`CMAKE_ARGS`, plus llama.cpp's AVX-512 kernels where the CPU has every subset they
-    use (``cpu_flags`` as /proc/cpuinfo names them), and AVX-512 VNNI where it has that too: on
-    such a CPU these batch kernels are faster than the AVX2 ones (the VNNI tiled kernel most of
-    all, for the Q6_K output layer), and the patch covers them."""
+    use (``cpu_flags`` as /proc/cpuinfo names them), and AVX-512 VNNI and BF16 where it has
+    those too: on such a CPU these batch kernels are faster than the AVX2 ones (the VNNI tiled
+    kernel most of all, for the Q6_K output layer; BF16's dot products for BF16 weights), and
+    the patch covers them."""
     level = isa_level(cpu_flags)
     if level in (None, "avx2"):
         return CMAKE_ARGS
-    vnni = ("-DGGML_AVX512_VNNI=ON",) if level == "avx512_vnni" else ()
-    return (*CMAKE_ARGS, "-DGGML_AVX512=ON", *vnni)
+    extensions = level_extensions(level)
+    return (
+        *CMAKE_ARGS,
+        "-DGGML_AVX512=ON",
+        *(("-DGGML_AVX512_VNNI=ON",) if AVX512_VNNI_FLAG in extensions else ()),
+        *(("-DGGML_AVX512_BF16=ON",) if AVX512_BF16_FLAG in extensions else ()),
+    )
 
 
 def patch_sha256() -> str:

@@ -1,5 +1,6 @@
 """The CPU's instruction sets, as /proc/cpuinfo names them, and what a kernels build needs of
-them: which level of the exact-rows build a CPU gets (AVX2, AVX-512, AVX-512 VNNI), and which flags
+them: which level of the exact-rows build a CPU gets (AVX2, AVX-512, with VNNI and BF16 where the
+CPU has them), and which flags
 a build of each level (or a native stock build) needs to run, so that no CPU loads a build it
 cannot run (:mod:`spec_decode.backends.llamacpp.library` checks before loading)."""
 
@@ -13,6 +14,8 @@ AVX2_FLAGS = frozenset({"sse4_2", "avx", "avx2", "bmi2", "fma", "f16c"})
 AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"})
 #: The CPU flag of AVX-512 VNNI (its integer dot products drive the tiled Q6_K kernel).
 AVX512_VNNI_FLAG = "avx512_vnni"
+#: The CPU flag of AVX-512 BF16 (its bf16 dot products drive tinyBLAS on BF16 weights).
+AVX512_BF16_FLAG = "avx512_bf16"
 #: Flags (prefixes, as /proc/cpuinfo names them) of the instruction sets a native build may use.
 _ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "asimd", "sve")
 
@@ -25,20 +28,31 @@ def native_flags(flags: frozenset[str] | set[str]) -> frozenset[str]:
 
 def isa_level(cpu_flags: frozenset[str] | set[str]) -> str | None:
     """The instruction-set level the exact-rows build compiles for on a CPU with ``cpu_flags``:
-    ``avx512_vnni``, ``avx512`` or ``avx2``; None where the patch does not apply (no AVX2, or
-    not x86)."""
+    ``avx2``, or ``avx512`` followed by ``_vnni`` and ``_bf16`` for the extensions the CPU has;
+    None where the patch does not apply (no AVX2, or not x86)."""
     flags = set(cpu_flags)
     if not flags >= AVX2_FLAGS:
         return None
     if not flags >= AVX512_FLAGS:
         return "avx2"
-    return "avx512_vnni" if AVX512_VNNI_FLAG in flags else "avx512"
+    extensions = [f.removeprefix("avx512") for f in _AVX512_EXTENSIONS if f in flags]
+    return "avx512" + "".join(extensions)
+
+
+#: The AVX-512 extensions a level may add, in the order its name lists them.
+_AVX512_EXTENSIONS = (AVX512_VNNI_FLAG, AVX512_BF16_FLAG)
+
+
+def level_extensions(level: str) -> frozenset[str]:
+    """The AVX-512 extensions (their CPU flags) a build of ``level`` compiles for."""
+    return frozenset(f for f in _AVX512_EXTENSIONS if f.removeprefix("avx512") in level)
 
 
 def required_flags(level: str) -> frozenset[str]:
     """The CPU flags a build of ``level`` (:func:`isa_level`) needs to run."""
-    needed = {"avx2": AVX2_FLAGS, "avx512": AVX2_FLAGS | AVX512_FLAGS}
-    return needed.get(level, AVX2_FLAGS | AVX512_FLAGS | {AVX512_VNNI_FLAG})
+    if level == "avx2":
+        return AVX2_FLAGS
+    return AVX2_FLAGS | AVX512_FLAGS | level_extensions(level)
 
 
 def cpu_flags() -> frozenset[str]:
