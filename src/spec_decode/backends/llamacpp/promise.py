@@ -43,8 +43,8 @@ from spec_decode.backends.llamacpp.library import load, own_library_folder
 #: Weight types whose rows the exact-rows build computes alike at every block size up to 64,
 #: each checked on the packaged target requantized to it (blocks of 1-4, 8, 16, 32 and 64:
 #: ``bench/kernels/exact_rows_by_type.py``, ``bench/results/exact_rows_by_type.json``). The
-#: K-quants and IQ4_XS by the patch; F16 and BF16 take tinyBLAS, and Q4_0, Q4_1, Q5_0 and Q8_0
-#: one vec_dot, at every row count.
+#: K-quants and IQ4_XS by the patch; F16, BF16, Q8_0, Q5_0 and Q4_0 (where not repacked) take
+#: tinyBLAS, and Q4_1 one vec_dot, at every row count.
 COVERED_TYPES = frozenset(
     {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0"}
     | {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
