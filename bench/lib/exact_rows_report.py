@@ -16,8 +16,12 @@ def _rows(entry: dict) -> str:
 
 
 def _check(entry: dict) -> str:
-    seconds = entry.get("check_seconds")
-    return "-" if seconds is None else f"{seconds:.1f}"
+    """What the check adds to a first load, seen from outside / in process (after the first
+    pass), in seconds."""
+    outside, inside = entry.get("check_adds_seconds"), entry.get("check_seconds")
+    if inside is None:
+        return "-"
+    return f"{inside:.1f}" if outside is None else f"{outside:.1f} / {inside:.1f}"
 
 
 def _identity(entry: dict) -> tuple[str, str]:
@@ -44,13 +48,15 @@ def markdown(results: dict, costs: dict) -> str:
         f"Rows of blocks of {results['blocks'].replace(',', '/')} tokens that differ bitwise "
         "from the same tokens scored one at a time; the promise `build-kernels --status --model "
         "FILE` makes (the block size used) and what its check adds to loading the model the "
-        "first time (seconds, timed in process by `bench/kernels/promise_cost.py`); "
+        "first time, in seconds (`bench/kernels/promise_cost.py`): fresh processes loading the "
+        "model and scoring one token, checking against cached (the difference of the medians "
+        "of 3 each), / the check timed in process after the model's first pass; "
         "`generate --draft lookup --compare` on two prompts written for this benchmark, greedy "
         "and at T = 0.7 with three seeds: runs whose tokens equal target-only decoding's, and "
         "the median speedup; a 16-token block's time on the exact-rows build over "
         f"llama-server's default build ({costs.get('command', 'not measured')}).",
         "",
-        "| model | weight types | differing rows | promise | check s | identical | speedup "
+        "| model | weight types | differing rows | promise | check adds s | identical | speedup "
         "| 16-token block vs default |",
         "|---|---|---|---|---|---|---|---|",
     ]
