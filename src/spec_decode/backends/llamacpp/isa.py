@@ -16,6 +16,8 @@ AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512
 AVX512_VNNI_FLAG = "avx512_vnni"
 #: The CPU flag of AVX-512 BF16 (its bf16 dot products drive tinyBLAS on BF16 weights).
 AVX512_BF16_FLAG = "avx512_bf16"
+#: The AVX-512 extensions a level may add, in the order its name lists them.
+_AVX512_EXTENSIONS = (AVX512_VNNI_FLAG, AVX512_BF16_FLAG)
 #: Flags (prefixes, as /proc/cpuinfo names them) of the instruction sets a native build may use.
 _ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "asimd", "sve")
 
@@ -37,10 +39,6 @@ def isa_level(cpu_flags: frozenset[str] | set[str]) -> str | None:
         return "avx2"
     extensions = [f.removeprefix("avx512") for f in _AVX512_EXTENSIONS if f in flags]
     return "avx512" + "".join(extensions)
-
-
-#: The AVX-512 extensions a level may add, in the order its name lists them.
-_AVX512_EXTENSIONS = (AVX512_VNNI_FLAG, AVX512_BF16_FLAG)
 
 
 def level_extensions(level: str) -> frozenset[str]:
