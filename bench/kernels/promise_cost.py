@@ -36,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--repeats", type=int, default=2, help="checks timed after the first")
-    parser.add_argument("--rounds", type=int, default=3, help="pairs of fresh processes")
+    parser.add_argument("--rounds", type=int, default=5, help="pairs of fresh processes")
     parser.add_argument("--one-load", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_load:

@@ -50,7 +50,7 @@ def markdown(results: dict, costs: dict) -> str:
         "FILE` makes (the block size used) and what its check adds to loading the model the "
         "first time, in seconds (`bench/kernels/promise_cost.py`): fresh processes loading the "
         "model and scoring one token, checking against cached (the difference of the medians "
-        "of 3 each), / the check timed in process after the model's first pass; "
+        "of 5 each), / the check timed in process after the model's first pass; "
         "`generate --draft lookup --compare` on two prompts written for this benchmark, greedy "
         "and at T = 0.7 with three seeds: runs whose tokens equal target-only decoding's, and "
         "the median speedup; a 16-token block's time on the exact-rows build over "
