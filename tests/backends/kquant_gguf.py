@@ -25,8 +25,6 @@ Q4_K, Q5_K, Q6_K = (gguf.GGMLQuantizationType[name] for name in ("Q4_K", "Q5_K",
 Q3_K, Q2_K, IQ4_XS, IQ2_XXS = (
     gguf.GGMLQuantizationType[name] for name in ("Q3_K", "Q2_K", "IQ4_XS", "IQ2_XXS")
 )
-#: bytes per block of 256 weights
-BLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210, Q3_K: 110, Q2_K: 84, IQ4_XS: 136, IQ2_XXS: 66}
 
 
 def _half(n: int, value: float) -> np.ndarray:
@@ -37,7 +35,8 @@ def _half(n: int, value: float) -> np.ndarray:
 def _random_blocks(rng: np.random.Generator, rows: int, cols: int, qtype) -> np.ndarray:
     """Random bytes for ``rows`` x ``cols`` weights of ``qtype``, one row of bytes per block."""
     n = rows * cols // QK_K
-    return rng.integers(0, 256, size=(n, BLOCK_BYTES[qtype]), dtype=np.uint8)
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    return rng.integers(0, 256, size=(n, block_bytes), dtype=np.uint8)
 
 
 def q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
-from kquant_gguf import write_kquant_gguf
+from kquant_gguf import QUANTIZED, write_kquant_gguf
 
 from spec_decode import SamplingParams, generate_autoregressive
 from spec_decode.backends.llamacpp import LlamaCppModel, promise, slots
@@ -42,8 +42,7 @@ COVERED = {
     "Q3_K": ("F32", "Q3_K", "Q4_K", "Q6_K"),
     "Q2_K": ("F32", "Q2_K", "Q4_K", "Q6_K"),
     "IQ4_XS": ("F32", "IQ4_XS", "Q4_K", "Q6_K"),
-    **{t: tuple(sorted({"F32", t, "Q4_K", "Q6_K"})) for t in ("Q8_0", "Q5_0", "Q4_1", "Q4_0")},
-    **{t: tuple(sorted({"F32", t, "Q4_K", "Q6_K"})) for t in ("F16", "BF16")},
+    **{q.name: tuple(sorted({"F32", q.name, "Q4_K", "Q6_K"})) for q in QUANTIZED},
 }
 UNCOVERED = "IQ2_XXS"
 

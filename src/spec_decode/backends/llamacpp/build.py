@@ -103,6 +103,13 @@ CMAKE_ARGS = (
 )
 
 
+#: The cmake option that compiles llama.cpp's kernels for each AVX-512 extension a level names.
+_EXTENSION_OPTIONS = {
+    AVX512_VNNI_FLAG: "-DGGML_AVX512_VNNI=ON",
+    AVX512_BF16_FLAG: "-DGGML_AVX512_BF16=ON",
+}
+
+
 def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
     """:data:`CMAKE_ARGS`, plus llama.cpp's AVX-512 kernels where the CPU has every subset they
     use (``cpu_flags`` as /proc/cpuinfo names them), and AVX-512 VNNI and BF16 where it has
@@ -113,12 +120,8 @@ def cmake_args(cpu_flags: frozenset[str] | set[str]) -> tuple[str, ...]:
     if level in (None, "avx2"):
         return CMAKE_ARGS
     extensions = level_extensions(level)
-    return (
-        *CMAKE_ARGS,
-        "-DGGML_AVX512=ON",
-        *(("-DGGML_AVX512_VNNI=ON",) if AVX512_VNNI_FLAG in extensions else ()),
-        *(("-DGGML_AVX512_BF16=ON",) if AVX512_BF16_FLAG in extensions else ()),
-    )
+    options = (option for flag, option in _EXTENSION_OPTIONS.items() if flag in extensions)
+    return (*CMAKE_ARGS, "-DGGML_AVX512=ON", *options)
 
 
 def patch_sha256() -> str:
