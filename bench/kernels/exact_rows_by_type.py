@@ -35,10 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
-from bench.lib.exact_rows_report import markdown
+from bench.lib.exact_rows_report import TYPES, markdown
 from bench.lib.scratch_cache import scratch_cache
 
-TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16"
 BLOCKS = "1,2,3,4,8,16,32,64"
 SEEDS = (1, 2, 3)
 #: Written for this benchmark, in no file of the repository: an edit whose answer repeats the

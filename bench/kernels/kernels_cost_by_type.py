@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
+from bench.lib.exact_rows_report import TYPES
 from bench.lib.machine import machine
 
 HERE = Path(__file__).resolve().parent
-TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16,Q4_K_M"
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,13 +66,21 @@ def outside(model_path: str, rounds: int) -> dict:
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
 
+    def checking() -> float:
+        root = scratch_cache("promise-cost-")
+        try:
+            return one(root)
+        finally:
+            shutil.rmtree(root)
+
     one(cached_root)  # caches the promise
     times: dict[str, list[float]] = {"checking": [], "cached": []}
     for index in range(rounds):
         order = ("checking", "cached") if index % 2 == 0 else ("cached", "checking")
         for kind in order:
-            root = scratch_cache("promise-cost-") if kind == "checking" else cached_root
-            times[kind].append(round(one(root), 3))
+            seconds = checking() if kind == "checking" else one(cached_root)
+            times[kind].append(round(seconds, 3))
+    shutil.rmtree(cached_root)
     added = statistics.median(times["checking"]) - statistics.median(times["cached"])
     return {"first_load_seconds": times, "check_adds_seconds": round(added, 3)}
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import statistics
 
+#: The weight types the by-type benchmarks requantize the packaged target to (Q4_K_M: as shipped).
+TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16,Q4_K_M"
+
 
 def _rows(entry: dict) -> str:
     differing = entry.get("differing_rows")
@@ -49,8 +52,8 @@ def markdown(results: dict, costs: dict) -> str:
         "from the same tokens scored one at a time; the promise `build-kernels --status --model "
         "FILE` makes (the block size used) and what its check adds to loading the model the "
         "first time, in seconds (`bench/kernels/promise_cost.py`): fresh processes loading the "
-        "model and scoring one token, checking against cached (the difference of the medians "
-        "of 5 each), / the check timed in process after the model's first pass; "
+        "model and scoring one token, checking against cached (the difference of their "
+        "medians), / the check timed in process after the model's first pass; "
         "`generate --draft lookup --compare` on two prompts written for this benchmark, greedy "
         "and at T = 0.7 with three seeds: runs whose tokens equal target-only decoding's, and "
         "the median speedup; a 16-token block's time on the exact-rows build over "
