@@ -90,6 +90,7 @@ def in_process(model_path: str, repeats: int) -> dict:
     os.environ["SPEC_DECODE_CACHE"] = str(scratch_cache("promise-cost-"))
 
     from spec_decode.backends.llamacpp import promise
+    from spec_decode.backends.llamacpp.isa import cpu_flags
     from spec_decode.backends.llamacpp.model import LlamaCppModel
 
     model = LlamaCppModel(model_path, check_rows=False)
@@ -102,9 +103,9 @@ def in_process(model_path: str, repeats: int) -> dict:
         made = promise.exact_rows(model.path, model.probe, model.vocab_size, model.context_window)
         return made, time.perf_counter() - started
 
-    def check_again(claim: int) -> float:
+    def check_again(claim: int, ladder: tuple[int, ...]) -> float:
         started = time.perf_counter()
-        promise.checked_block_size(model.probe, claim, model.vocab_size)
+        promise.checked_block_size(model.probe, claim, model.vocab_size, ladder)
         return time.perf_counter() - started
 
     checked, first = promise_now()
@@ -113,7 +114,8 @@ def in_process(model_path: str, repeats: int) -> dict:
     claim = promise.claimed_block_size(
         checked.weight_types, checked.build_size, patched=promise.patched_exact_rows() > 0
     )
-    again = [check_again(claim) for _ in range(repeats)]
+    ladder = promise.check_ladder(checked.weight_types, cpu_flags())
+    again = [check_again(claim, ladder) for _ in range(repeats)]
     return {
         "promise": checked.report(),
         "first_pass_seconds": round(first_pass, 3),

@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 
 from spec_decode.backends.llamacpp.gguf_header import fingerprint, weight_types
+from spec_decode.backends.llamacpp.isa import AVX2_FLAGS
 from spec_decode.backends.llamacpp.promise import (
     COVERED_TYPES,
     UNCOVERED_BLOCK,
+    X86_REPACKED_TYPES,
     ExactRows,
+    check_ladder,
     checked_block_size,
     claimed_block_size,
 )
@@ -61,6 +64,26 @@ def test_the_check_catches_rows_that_differ_by_one_ulp(breaks_from: int, expecte
     size, _, differed = checked_block_size(ToyScorer(breaks_from), claim=64, n_vocab=VOCAB)
     assert size == expected
     assert differed is not None and differed >= breaks_from
+
+
+@pytest.mark.parametrize("repacked", sorted(X86_REPACKED_TYPES))
+def test_the_ladder_checks_the_repacked_loops_where_a_type_may_be_repacked(repacked: str) -> None:
+    assert check_ladder(["F32", repacked, "Q6_K"], AVX2_FLAGS) == (2, 4, 8, 16)
+
+
+def test_the_ladder_skips_the_repacked_loops_where_nothing_is_repacked() -> None:
+    """BF16 or Q4_1 weights are never repacked on x86: their kernels switch at 8 rows only."""
+    assert check_ladder(["F32", "BF16"], AVX2_FLAGS) == (2, 8)
+    assert check_ladder(["F32", "Q4_1", "Q6_K"], AVX2_FLAGS) == (2, 8)
+    scorer = ToyScorer()
+    assert checked_block_size(scorer, 64, VOCAB, check_ladder(["BF16"], AVX2_FLAGS))[1] == (2, 8)
+    assert scorer.calls == 4
+
+
+def test_the_ladder_keeps_every_rung_off_x86() -> None:
+    """Elsewhere (an ARM CPU's flags, or none read) llama.cpp repacks other types: check all."""
+    assert check_ladder(["F32", "Q6_K"], frozenset({"asimd", "sve"})) == (2, 4, 8, 16)
+    assert check_ladder(["BF16"], frozenset()) == (2, 4, 8, 16)
 
 
 def test_a_claim_of_one_checks_nothing() -> None:

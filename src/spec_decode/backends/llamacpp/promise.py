@@ -8,9 +8,10 @@ made per model, in two steps:
 
 1. the claim: the build's block size where every weight type of the file is covered, else
    :data:`UNCOVERED_BLOCK` (on a stock build, its own small size whatever the types);
-2. the check: a block of each size where this llama.cpp switches kernels, up to the claim, is
-   scored on the model's own weights and compared bitwise with one-token rows
-   (:func:`checked_block_size`); the size used is the largest before the first that differs.
+2. the check: a block of each size where this llama.cpp switches kernels for the model's weight
+   types (:func:`check_ladder`), up to the claim, is scored on the model's own weights and
+   compared bitwise with one-token rows (:func:`checked_block_size`); the size used is the
+   largest before the first that differs.
    Longer blocks run the loops of the longest size checked, and every covered type is checked
    at every size up to 64 by the per-type table and the tests, so the check stays short: it
    runs once per model, the first time it is loaded.
@@ -32,7 +33,7 @@ import numpy as np
 from spec_decode.backends.cache import atomic_write_text, cache_root
 from spec_decode.backends.llamacpp.exact_rows import bitwise_equal_rows
 from spec_decode.backends.llamacpp.gguf_header import fingerprint, weight_types
-from spec_decode.backends.llamacpp.isa import cpu_flags
+from spec_decode.backends.llamacpp.isa import cpu_flags, isa_level
 from spec_decode.backends.llamacpp.kernels import (
     build_identity,
     exact_block_size,
@@ -56,6 +57,11 @@ UNCOVERED_BLOCK = 4
 #: takes here (x86): below 4 rows the one-row kernels (the repacked types' GEMV), from 4 the
 #: repacked GEMM's 4-row loop, from 8 the tiled kernels, from 16 the repacked GEMM's 16-row loop.
 _LADDER = (2, 4, 8, 16)
+#: The rungs of the repacked GEMM's loops, checked only where a weight type may be repacked.
+_REPACKED_RUNGS = (4, 16)
+#: Weight types llama.cpp repacks for its GEMM on x86 (``ggml-cpu/repack.cpp``: Q4_0, Q4_K, IQ4_NL
+#: and MXFP4 from AVX2, Q2_K from AVX-512); other architectures repack more types.
+X86_REPACKED_TYPES = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4", "Q2_K"})
 #: Rows of each block compared with one-token rows: a kernel path is chosen for the whole call
 #: and rows are grouped by 4 at most below 8, so the first two show it. Every row's logits are
 #: computed all the same, as when a block is verified: llama.cpp runs the last layer's
@@ -118,20 +124,33 @@ def claimed_block_size(types: Sequence[str], build_size: int, patched: bool) -> 
     return min(build_size, UNCOVERED_BLOCK)
 
 
+def check_ladder(types: Sequence[str], flags: frozenset[str]) -> tuple[int, ...]:
+    """The block sizes to check for a model of weight ``types`` on a CPU with ``flags``: the
+    repacked GEMM's rungs only where one of the types may be repacked, every rung off x86 (or
+    without AVX2), where the repacking rules differ."""
+    if isa_level(flags) is None or set(types) & X86_REPACKED_TYPES:
+        return _LADDER
+    return tuple(size for size in _LADDER if size not in _REPACKED_RUNGS)
+
+
 #: ``decode(tokens, first_position)``: logits of every row of ``tokens`` fed in ONE call at
 #: ``first_position`` on, after dropping every cached position from it.
 Decode = Callable[[Sequence[int], int], np.ndarray]
 
 
 def checked_block_size(
-    decode: Decode, claim: int, n_vocab: int, seed: int = 0
+    decode: Decode,
+    claim: int,
+    n_vocab: int,
+    ladder: Sequence[int] = _LADDER,
+    seed: int = 0,
 ) -> tuple[int, tuple[int, ...], int | None]:
     """(size, sizes checked, the size that differed or None): scores blocks of random tokens of
-    the sizes in :data:`_LADDER` up to ``claim`` (the largest cut to the ladder's last), and
-    compares the first rows of each bitwise with the same tokens scored one at a time. ``claim``
-    is the result where none differs."""
-    top = min(claim, _LADDER[-1])
-    sizes = tuple(s for s in _LADDER if s < top) + ((top,) if top > 1 else ())
+    the sizes in ``ladder`` up to ``claim`` (the largest cut to the ladder's last), and compares
+    the first rows of each bitwise with the same tokens scored one at a time. ``claim`` is the
+    result where none differs."""
+    top = min(claim, ladder[-1])
+    sizes = tuple(s for s in ladder if s < top) + ((top,) if top > 1 else ())
     if not sizes:
         return claim, (), None
     tokens = np.random.default_rng(seed).integers(3, n_vocab, size=top).tolist()
@@ -158,7 +177,8 @@ def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRow
     build_size = exact_block_size()
     types = tuple(sorted(weight_types(path)))
     claim = claimed_block_size(types, build_size, patched=patched_exact_rows() > 0)
-    size, checked, differed = checked_block_size(decode, min(claim, n_ctx), n_vocab)
+    ladder = check_ladder(types, cpu_flags())
+    size, checked, differed = checked_block_size(decode, min(claim, n_ctx), n_vocab, ladder)
     if differed is None:
         size = claim  # a context too small to check the whole claim cannot hold such blocks
     result = ExactRows(
@@ -169,7 +189,7 @@ def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRow
         checked=checked,
         differed=differed,
     )
-    if min(claim, _LADDER[-1]) <= n_ctx:  # the whole check fitted
+    if min(claim, ladder[-1]) <= n_ctx:  # the whole check fitted
         atomic_write_text(_cache_file(key), json.dumps(asdict(result)))
     return result
 
@@ -184,7 +204,10 @@ def _cache_key(path: Path) -> str:
         if folder
         else []
     )
-    check = f"ladder {_LADDER} rows {_COMPARED_ROWS} of all computed"
+    check = (
+        f"ladder {_LADDER}, {_REPACKED_RUNGS} where {sorted(X86_REPACKED_TYPES)} on x86, "
+        f"rows {_COMPARED_ROWS} of all computed"
+    )
     parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(cpu_flags())), check]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
