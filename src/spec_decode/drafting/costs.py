@@ -37,7 +37,7 @@ class CostCurve:
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
     draft_seconds: float | None = None
-    _array: np.ndarray = field(init=False, repr=False, compare=False)
+    _table: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         sizes, seconds = tuple(int(n) for n in self.sizes), tuple(float(s) for s in self.seconds)
@@ -55,8 +55,10 @@ class CostCurve:
         draft = self.draft_seconds
         if draft is not None and not (math.isfinite(draft) and draft >= 0):
             raise ValueError(f"draft_seconds must be finite and >= 0, got {draft}")
-        # made once: the auto policy reads the curve for every candidate k of every step
-        object.__setattr__(self, "_array", np.array(seconds))
+        # made once: the planners read the curve for every option of every step, at whole
+        # numbers of tokens, so each is interpolated here (index n - 1) and looked up there
+        whole = np.interp(np.arange(1, sizes[-1] + 1), sizes, seconds)
+        object.__setattr__(self, "_table", tuple(float(s) for s in whole))
 
     @classmethod
     def from_passes(cls, seconds: Sequence[float], draft_seconds: float | None = None) -> CostCurve:
@@ -70,7 +72,7 @@ class CostCurve:
             raise ValueError(f"a target pass scores at least 1 token, got {n_tokens}")
         last = self.sizes[-1]
         if n_tokens <= last:
-            return float(np.interp(n_tokens, self.sizes, self._array))
+            return self._table[n_tokens - 1]
         if len(self.sizes) == 1:
             slope = self.seconds[0]  # one point: assume cost proportional to tokens
         else:

@@ -28,9 +28,10 @@ neighbour's first token.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from spec_decode.drafting.costs import CostCurve
 
@@ -91,37 +92,58 @@ def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = N
     """The option of each offer (its index) that together maximise the product of the
     requests' token rates, within ``budget`` rows a call: coordinate ascent from everyone's
     first option and from everyone's best option alone, in the offers' order (deterministic)."""
-    most = sum(max(o.rows for o in offer) for offer in offers)
-    most = most if budget is None else min(most, budget)  # beyond the budget: never priced
-    price = [0.0] + [costs.target(n) for n in range(1, most + 1)]
-    n = len(offers)
-
-    def value(picks: Sequence[int]) -> float:
-        chosen = [offer[p] for offer, p in zip(offers, picks, strict=True)]
-        rows = [o.rows for o in chosen]
-        if budget is not None and sum(rows) > budget:
-            return -math.inf
-        seconds = _priced(rows, price.__getitem__) + sum(o.draft_seconds for o in chosen)
-        return sum(math.log(o.expected) for o in chosen) - n * math.log(seconds)
-
-    def ascent(picks: list[int]) -> tuple[float, list[int]]:
-        best = value(picks)
-        improved = True
-        while improved:
-            improved = False
-            for i, offer in enumerate(offers):
-                for p in range(len(offer)):
-                    if p != picks[i]:
-                        trial = [*picks[:i], p, *picks[i + 1 :]]
-                        if (v := value(trial)) > best:
-                            best, picks, improved = v, trial, True
-        return best, picks
-
+    call = _Call(costs, offers, budget)
     solo = [
         max(range(len(offer)), key=lambda p, o=offer: (o[p].rate(costs.target), -p))
         for offer in offers
     ]
-    return max(ascent([0] * n), ascent(solo), key=lambda result: result[0])[1]
+    return max(call.ascent([0] * len(offers)), call.ascent(solo), key=lambda r: r[0])[1]
+
+
+class _Call:
+    """A call's offers as arrays, so that every option of one offer is valued at once (a step
+    plans beside every other request's planner, each option of each offer in every sweep)."""
+
+    def __init__(self, costs: CostCurve, offers: Sequence[Offer], budget: int | None) -> None:
+        self.rows = [np.array([o.rows for o in offer]) for offer in offers]
+        self.logs = [np.log([o.expected for o in offer]) for offer in offers]
+        self.drafting = [np.array([o.draft_seconds for o in offer]) for offer in offers]
+        most = sum(int(rows.max()) for rows in self.rows)  # no call prices more rows
+        self.price = np.array([0.0] + [costs.target(n) for n in range(1, most + 1)])
+        self.budget = budget
+
+    def values(self, i: int, picks: Sequence[int]) -> np.ndarray:
+        """The joint objective for every option of offer ``i``, the others' ``picks`` kept:
+        a call splits as :func:`call_seconds` says, each pass taking the same rows from every
+        sequence with rows left."""
+        others = [j for j in range(len(picks)) if j != i]
+        counts = np.empty((len(self.rows[i]), len(picks)), dtype=np.int64)
+        counts[:, :-1] = [self.rows[j][picks[j]] for j in others]
+        counts[:, -1] = self.rows[i]
+        counts.sort(axis=1)
+        widths = counts.shape[1] - np.arange(counts.shape[1])  # sequences with rows left
+        seconds = self.price[np.diff(counts, axis=1, prepend=0) * widths].sum(axis=1)
+        seconds += sum(self.drafting[j][picks[j]] for j in others) + self.drafting[i]
+        logs = sum(self.logs[j][picks[j]] for j in others) + self.logs[i]
+        value = logs - len(picks) * np.log(seconds)
+        if self.budget is not None:
+            value[counts.sum(axis=1) > self.budget] = -np.inf
+        return value
+
+    def ascent(self, picks: list[int]) -> tuple[float, list[int]]:
+        """Coordinate ascent from ``picks``: each offer in turn takes its best option (the
+        first of equals) while that beats the current value; (value, picks)."""
+        picks = list(picks)
+        best = float(self.values(0, picks)[picks[0]])
+        improved = True
+        while improved:
+            improved = False
+            for i in range(len(picks)):
+                values = self.values(i, picks)
+                p = int(np.argmax(values))
+                if p != picks[i] and values[p] > best:
+                    best, picks[i], improved = float(values[p]), p, True
+        return best, picks
 
 
 def _priced(rows: Sequence[int], target: Callable[[int], float]) -> float:
