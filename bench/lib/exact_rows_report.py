@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 #: The weight types the by-type benchmarks requantize the packaged target to (Q4_K_M: as shipped).
-TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16,Q4_K_M"
+TYPES = "Q8_0,Q6_K,Q5_K_M,Q5_1,Q5_0,Q4_1,Q4_0,IQ4_XS,Q3_K_M,Q2_K,F16,BF16,Q4_K_M"
 
 
 def _rows(entry: dict) -> str:

@@ -45,9 +45,9 @@ from spec_decode.backends.llamacpp.library import load, own_library_folder
 #: each checked on the packaged target requantized to it (blocks of 1-4, 8, 16, 32 and 64:
 #: ``bench/kernels/exact_rows_by_type.py``, ``bench/results/exact_rows_by_type.json``). The
 #: K-quants and IQ4_XS by the patch; F16, BF16, Q8_0, Q5_0 and Q4_0 (where not repacked) take
-#: tinyBLAS, and Q4_1 one vec_dot, at every row count.
+#: tinyBLAS, and Q4_1 and Q5_1 one vec_dot, at every row count.
 COVERED_TYPES = frozenset(
-    {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0"}
+    {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}
     | {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
 )
 #: The claim for a model with a weight type outside :data:`COVERED_TYPES`: below 8 rows every
