@@ -5,9 +5,9 @@ and the 4-row GEMM), Q6_K ``attn_v``, ``ffn_down`` (layer 0) and output (the vec
 rows, the tiled kernel from 8). gguf-py has no K-quant quantizer; random blocks with moderate
 scales are valid weights all the same. ``projection`` makes the projections another type: Q5_K,
 Q3_K, IQ4_XS (vec_dot below 8 rows, the tiled kernel from 8) and Q2_K (repacked on AVX-512), the
-types gguf-py quantizes itself (Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, F16, BF16: random weights quantized), all
-of which the exact-rows kernels cover, or IQ2_XXS, which they do not: the negative control of
-the per-model promise.
+types gguf-py quantizes itself (Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, F16, BF16: random weights
+quantized), all of which the exact-rows kernels cover, or IQ2_XXS, which they do not: the
+negative control of the per-model promise.
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def quantized(qtype: gguf.GGMLQuantizationType):
 
 #: the types gguf-py quantizes that the exact-rows kernels cover
 QUANTIZED = tuple(
-    gguf.GGMLQuantizationType[name] for name in ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "F16", "BF16")
+    gguf.GGMLQuantizationType[name]
+    for name in ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "F16", "BF16")
 )
 #: the generator of each type the projections can take
 PROJECTIONS = {Q4_K: q4_k, Q5_K: q5_k, Q3_K: q3_k, Q2_K: q2_k, IQ4_XS: iq4_xs, IQ2_XXS: iq2_xxs}
