@@ -93,10 +93,10 @@ def quantize(binary: Path, target: Path, kind: str, folder: Path) -> dict:
     return {"file": str(out), "quantize_seconds": round(time.perf_counter() - started, 1)}
 
 
-def rows(model: str) -> dict:
+def rows(model: str, blocks: str) -> dict:
     """Per block size: the rows that differ from one-token rows and the largest difference."""
     module = "spec_decode.backends.llamacpp.exact_rows"
-    data = stdout_json(run([sys.executable, "-m", module, model, "--blocks", BLOCKS]))
+    data = stdout_json(run([sys.executable, "-m", module, model, "--blocks", blocks]))
     return {
         "exact_rows_build": data["exact_rows_build"],
         "differing_rows": {b: r["rows"] for b, r in data["blocks"].items()},
@@ -152,7 +152,7 @@ def identity(model: str, tokens: int, env: dict[str, str]) -> dict:
     }
 
 
-def measure(model: str, parts: set[str], tokens: int) -> dict:
+def measure(model: str, parts: set[str], tokens: int, blocks: str = BLOCKS) -> dict:
     """The parts asked for (rows, promise, identity), in a scratch cache of their own; a part
     that fails is reported under ``error`` and the next type is measured."""
     from spec_decode.backends.llamacpp.build import kernels_dir
@@ -164,7 +164,7 @@ def measure(model: str, parts: set[str], tokens: int) -> dict:
     env = {**os.environ, "SPEC_DECODE_CACHE": str(cache)}
     try:
         if "rows" in parts:
-            entry.update(rows(model))
+            entry.update(rows(model, blocks))
         if "promise" in parts:
             entry.update(promise(model, env))
         if "identity" in parts:
@@ -185,6 +185,7 @@ def main() -> None:
     parser.add_argument("--types", default=TYPES, help=f"comma-separated (default {TYPES})")
     parser.add_argument("--parts", default="rows,promise,identity", help="which to (re)measure")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--blocks", default=BLOCKS, help=f"the rows part's (default {BLOCKS})")
     parser.add_argument(
         "--model", action="append", default=[], help="NAME=FILE: a GGUF measured as it is"
     )
@@ -216,17 +217,17 @@ def measure_all(args: argparse.Namespace) -> None:
     """Every requantized type and other model asked for, the JSON written after each."""
     args.models.mkdir(parents=True, exist_ok=True)
     results: dict = json.loads(args.out.read_text()) if args.out.exists() else {"types": {}}
-    results["prompts"], results["blocks"] = PROMPTS, BLOCKS
+    results["prompts"], results["blocks"] = PROMPTS, args.blocks
     parts = set(args.parts.split(","))
     for kind in [t for t in args.types.split(",") if t]:
         entry = quantize(args.quantize, args.target.expanduser(), kind, args.models)
         if "file" in entry:
             print(f"{kind}: measuring {entry['file']}", file=sys.stderr, flush=True)
-            entry.update(measure(entry["file"], parts, args.max_new_tokens))
+            entry.update(measure(entry["file"], parts, args.max_new_tokens, args.blocks))
         record(results, "types", kind, entry, args.out)
     for name, _, file in (spec.partition("=") for spec in args.model):
         print(f"{name}: measuring {file}", file=sys.stderr, flush=True)
-        entry = {"file": file, **measure(file, parts, args.max_new_tokens)}
+        entry = {"file": file, **measure(file, parts, args.max_new_tokens, args.blocks)}
         record(results, "models", name, entry, args.out)
 
 

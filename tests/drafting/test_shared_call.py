@@ -5,6 +5,8 @@ reads its prompt; and a joint plan never asks a call for more rows than it holds
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import replace
 
 import pytest
@@ -16,6 +18,7 @@ from spec_decode.drafting.shared_call import (
     ALONE,
     Option,
     SharedCall,
+    _Call,
     call_seconds,
     fixed,
     joint_plan,
@@ -97,3 +100,34 @@ def test_a_call_costs_a_pass_for_every_split_llama_cpp_makes():
     assert call_seconds(CALL, [1, 16, 1, 1]) == pytest.approx(c(4) + c(15))
     assert call_seconds(CALL, [16, 16, 1, 1]) == pytest.approx(c(4) + c(30))
     assert call_seconds(CALL, [0, 3]) == c(3)
+
+
+def test_every_option_is_valued_as_the_objective_says():
+    """The joint plan values all of an offer's options at once (``_Call.values``); each value
+    must be the objective itself: the sum of the requests' log expected tokens minus, for every
+    request, the log of the call's seconds (its passes by :func:`call_seconds` and everyone's
+    drafting), or minus infinity beyond the budget."""
+    rng = random.Random(0)
+    for _ in range(200):
+        offers = [
+            tuple(
+                Option(rows, 1.0 + rng.random() * rows, rng.choice([0.0, 0.01 * rows]))
+                for rows in sorted(rng.sample(range(1, 40), rng.randint(1, 6)))
+            )
+            for _ in range(rng.randint(1, 5))
+        ]
+        budget = rng.choice([None, 16, 64])
+        picks = [rng.randrange(len(offer)) for offer in offers]
+        i = rng.randrange(len(offers))
+        values = _Call(CALL, offers, budget).values(i, picks)
+        for p, value in enumerate(values):
+            chosen = [
+                offer[q] for offer, q in zip(offers, (*picks[:i], p, *picks[i + 1 :]), strict=True)
+            ]
+            rows = [o.rows for o in chosen]
+            if budget is not None and sum(rows) > budget:
+                assert value == -math.inf
+                continue
+            seconds = call_seconds(CALL, rows) + sum(o.draft_seconds for o in chosen)
+            expected = sum(math.log(o.expected) for o in chosen) - len(chosen) * math.log(seconds)
+            assert value == pytest.approx(expected, rel=1e-12, abs=1e-12)
