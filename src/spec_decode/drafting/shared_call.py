@@ -101,8 +101,9 @@ def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = N
 
 
 class _Call:
-    """A call's offers as arrays, so that every option of one offer is valued at once (a step
-    plans beside every other request's planner, each option of each offer in every sweep)."""
+    """A call's offers as arrays, so that one offer's every option is valued in one numpy pass:
+    every request solves the whole call before every step, trying each option of each offer in
+    every sweep, and all of that runs between two decodes."""
 
     def __init__(self, costs: CostCurve, offers: Sequence[Offer], budget: int | None) -> None:
         self.rows = [np.array([o.rows for o in offer]) for offer in offers]
