@@ -85,7 +85,13 @@ def call_seconds(costs: CostCurve, rows: Sequence[int]) -> float:
     """Seconds of one call scoring ``rows[i]`` rows of sequence i, split as llama.cpp splits
     it: while rows are left, a pass takes as many from every sequence with rows left as the
     fewest has."""
-    return _priced(rows, costs.target)
+    seconds, taken = 0.0, 0
+    counts = sorted(r for r in rows if r > 0)
+    for i, count in enumerate(counts):
+        if count > taken:
+            seconds += costs.target((len(counts) - i) * (count - taken))
+            taken = count
+    return seconds
 
 
 def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = None) -> list[int]:
@@ -110,7 +116,8 @@ class _Call:
         self.logs = [np.log([o.expected for o in offer]) for offer in offers]
         self.drafting = [np.array([o.draft_seconds for o in offer]) for offer in offers]
         most = sum(int(rows.max()) for rows in self.rows)  # no call prices more rows
-        self.price = np.array([0.0] + [costs.target(n) for n in range(1, most + 1)])
+        self.most = most if budget is None else min(most, budget)  # beyond: never chosen
+        self.price = np.array([0.0] + [costs.target(n) for n in range(1, self.most + 1)])
         self.budget = budget
 
     def values(self, i: int, picks: Sequence[int]) -> np.ndarray:
@@ -123,7 +130,8 @@ class _Call:
         counts[:, -1] = self.rows[i]
         counts.sort(axis=1)
         widths = counts.shape[1] - np.arange(counts.shape[1])  # sequences with rows left
-        seconds = self.price[np.diff(counts, axis=1, prepend=0) * widths].sum(axis=1)
+        passes = np.diff(counts, axis=1, prepend=0) * widths  # beyond the budget: masked below
+        seconds = self.price[np.minimum(passes, self.most)].sum(axis=1)
         seconds += sum(self.drafting[j][picks[j]] for j in others) + self.drafting[i]
         logs = sum(self.logs[j][picks[j]] for j in others) + self.logs[i]
         value = logs - len(picks) * np.log(seconds)
@@ -145,13 +153,3 @@ class _Call:
                 if p != picks[i] and values[p] > best:
                     best, picks[i], improved = float(values[p]), p, True
         return best, picks
-
-
-def _priced(rows: Sequence[int], target: Callable[[int], float]) -> float:
-    seconds, taken = 0.0, 0
-    counts = sorted(r for r in rows if r > 0)
-    for i, count in enumerate(counts):
-        if count > taken:
-            seconds += target((len(counts) - i) * (count - taken))
-            taken = count
-    return seconds
