@@ -170,14 +170,15 @@ def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRow
     positions, from the cache when this file was checked on this build and CPU before, else
     claimed, checked with ``decode`` (on the loaded model itself) and cached. In a context too
     small for the whole check, the blocks that fit are checked and that result is not cached."""
-    key = _cache_key(path)
+    flags = cpu_flags()
+    key = _cache_key(path, flags)
     cached = _read(key)
     if cached is not None:
         return cached
     build_size = exact_block_size()
     types = tuple(sorted(weight_types(path)))
     claim = claimed_block_size(types, build_size, patched=patched_exact_rows() > 0)
-    ladder = check_ladder(types, cpu_flags())
+    ladder = check_ladder(types, flags)
     size, checked, differed = checked_block_size(decode, min(claim, n_ctx), n_vocab, ladder)
     if differed is None:
         size = claim  # a context too small to check the whole claim cannot hold such blocks
@@ -194,7 +195,7 @@ def exact_rows(path: Path, decode: Decode, n_vocab: int, n_ctx: int) -> ExactRow
     return result
 
 
-def _cache_key(path: Path) -> str:
+def _cache_key(path: Path, flags: frozenset[str]) -> str:
     """The file's fingerprint, the loaded libraries (their folder and each file's size and
     modification time: a rebuild changes it), the CPU's flags and the check itself (a changed
     check checks again)."""
@@ -208,7 +209,7 @@ def _cache_key(path: Path) -> str:
         f"ladder {_LADDER}, {_REPACKED_RUNGS} where {sorted(X86_REPACKED_TYPES)} on x86, "
         f"rows {_COMPARED_ROWS} of all computed"
     )
-    parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(cpu_flags())), check]
+    parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(flags)), check]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
