@@ -152,7 +152,7 @@ def identity(model: str, tokens: int, env: dict[str, str]) -> dict:
     }
 
 
-def measure(model: str, parts: set[str], tokens: int, blocks: str = BLOCKS) -> dict:
+def measure(model: str, parts: set[str], tokens: int, blocks: str) -> dict:
     """The parts asked for (rows, promise, identity), in a scratch cache of their own; a part
     that fails is reported under ``error`` and the next type is measured."""
     from spec_decode.backends.llamacpp.build import kernels_dir
