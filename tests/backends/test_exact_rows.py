@@ -108,8 +108,9 @@ def test_exact_block_size_is_read_back_from_the_library():
 
 @needs_patched
 def test_calls_longer_than_a_verification_block_are_one_token_rows_too(kquant_gguf):
-    """What lets the engine reuse a whole conversation's cache, generated tokens included."""
-    result = row_mismatches(kquant_gguf, blocks=(65, 100, 200), prompt_len=PROMPT)
+    """What lets the engine reuse a whole conversation's cache, generated tokens included, and
+    the server read a prompt in one call of up to a micro-batch (512 rows) or in chunks alike."""
+    result = row_mismatches(kquant_gguf, blocks=(65, 100, 200, 512), prompt_len=PROMPT)
     assert all(not r["rows"] for r in result.values()), result
 
 

@@ -33,7 +33,7 @@ from spec_decode.backends.llamacpp import LlamaCppModel
 from spec_decode.backends.llamacpp.context import LlamaContext, Row
 from spec_decode.backends.llamacpp.exact_rows import shared_call_mismatches
 from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
-from spec_decode.backends.llamacpp.slots import Batcher, open_slots
+from spec_decode.backends.llamacpp.slots import Batcher, open_slots, plan_call
 from spec_decode.core.coupled import coupled_rule
 from spec_decode.core.noise import SeededNoise
 from spec_decode.drafting.speculative import generate_speculative
@@ -73,7 +73,8 @@ def run_together(batchers: Sequence[Batcher], jobs: Sequence[Callable[[], object
 
     def delayed(job, delay):
         time.sleep(delay)
-        return job()
+        with batchers[0].member():  # as the engine runs a request
+            return job()
 
     with ThreadPoolExecutor(len(jobs)) as pool:
         futures = [pool.submit(delayed, job, d) for job, d in zip(jobs, delays, strict=True)]
@@ -88,9 +89,11 @@ PROMPTS = [[5, 9, 13], [200, 7, 300, 41, 8], [77] * 12, list(range(20, 60))]
 
 @pytest.fixture(scope="module")
 def pools(gguf):
-    targets, target_batcher = open_slots(gguf, len(PROMPTS), n_threads=2, n_ctx=WINDOW)
+    """Slots whose calls hold 8 tokens while one decodes: prompts of 12 and 40 tokens are read
+    in chunks or whole as arrivals fall (:func:`plan_call`)."""
+    targets, target_batcher = open_slots(gguf, len(PROMPTS), n_threads=2, n_ctx=WINDOW, budget=8)
     drafts, draft_batcher = open_slots(
-        gguf, len(PROMPTS), n_threads=2, n_ctx=WINDOW, check_rows=False
+        gguf, len(PROMPTS), n_threads=2, n_ctx=WINDOW, check_rows=False, budget=8
     )
     return targets, drafts, [target_batcher, draft_batcher]
 
@@ -145,9 +148,12 @@ def test_concurrent_seeded_requests_give_target_only_output_under_the_coupled_ru
     assert run_together(batchers, jobs, 7) == alone
 
 
-def test_a_prompt_longer_than_the_budget_is_fed_in_chunks(gguf):
+def read_prompt(gguf: Path, members: int, prompt_call: int) -> int:
+    """Steps a batcher of budget 16 takes to read a lone prompt of 50 tokens, with ``members``
+    requests running (the one posting and ``members - 1`` yet to post)."""
     context = LlamaContext(gguf, n_threads=2, n_ctx=WINDOW, n_seq=2, unified=False)
-    batcher = Batcher(context, budget=16)
+    batcher = Batcher(context, budget=16, prompt_call=prompt_call)
+    batcher._members = members
     result: list[np.ndarray] = []
     rows = [Row(t, i, (0,), i == 49) for i, t in enumerate(range(10, 60))]
     thread = threading.Thread(target=lambda: result.append(batcher.decode(rows)))
@@ -156,8 +162,15 @@ def test_a_prompt_longer_than_the_budget_is_fed_in_chunks(gguf):
         if not batcher.step():
             batcher.wait(0.005)
     thread.join()
-    assert batcher.steps == 4 and result[0].shape == (1, VOCAB)  # 16 + 16 + 16 + 2 rows
     context.close()
+    assert result[0].shape == (1, VOCAB)
+    return batcher.steps
+
+
+def test_a_prompt_is_read_whole_while_nobody_decodes_and_in_chunks_while_one_may(gguf):
+    assert read_prompt(gguf, members=1, prompt_call=512) == 1
+    assert read_prompt(gguf, members=1, prompt_call=20) == 3  # 20 + 20 + 10 rows
+    assert read_prompt(gguf, members=2, prompt_call=512) == 4  # 16 + 16 + 16 + 2 rows
 
 
 def test_a_step_feeds_blocks_whole_and_then_the_shortest_prompt_alone(gguf):
@@ -188,3 +201,16 @@ def test_a_step_feeds_blocks_whole_and_then_the_shortest_prompt_alone(gguf):
         thread.join()
     assert calls == [[(1, 6), (2, 2)], [(0, 12)]]
     context.close()
+
+
+def test_the_plan_feeds_blocks_then_one_prompt_in_what_the_budget_leaves():
+    waiting = [(True, 30), (False, 5), (True, 12), (False, 3)]  # (is a prompt, rows left)
+    assert plan_call(waiting, 16, 512, all_posted=True) == [(3, 3), (1, 5), (2, 8)]
+    assert plan_call(waiting, 6, 512, all_posted=True) == [(3, 3), (1, 3)]  # a block in parts
+
+
+def test_the_plan_reads_the_shortest_prompt_alone_only_while_nobody_may_decode():
+    prompts = [(True, 900), (True, 40)]
+    assert plan_call(prompts, 16, 512, all_posted=True) == [(1, 40)]
+    assert plan_call([(True, 900)], 16, 512, all_posted=True) == [(0, 512)]
+    assert plan_call(prompts, 16, 512, all_posted=False) == [(1, 16)]

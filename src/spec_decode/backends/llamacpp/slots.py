@@ -5,12 +5,18 @@ Each slot is a :class:`~.model.LlamaCppModel` on a sequence of its own of a shar
 When a slot needs rows it posts them (:meth:`Batcher.decode`) and waits. One thread runs
 :meth:`Batcher.step` over and over (llama.cpp keeps a team of OpenMP threads for each calling
 thread, so every decode comes from one): each step feeds what the slots have posted in ONE
-``llama_decode`` of at most :attr:`Batcher.budget` tokens, verification blocks whole and first,
-then the prompt with the fewest tokens left in a chunk of what the budget leaves, and hands each
-slot its rows. A long prompt therefore delays the others by one chunk a step, never by its whole
-length; and prompts are read shortest first, one a step, since a prompt's tokens cost about as
-much together as apart (a pass over a CPU's weights is bound by arithmetic beyond a few rows): a
-second prompt in the call would delay the first one's first token by its own tokens' cost.
+``llama_decode``, as :func:`plan_call` chooses, and hands each slot its rows.
+
+- While a slot decodes, a call holds at most :attr:`Batcher.budget` tokens: verification blocks
+  whole and first, then the prompt with the fewest tokens left in a chunk of what the budget
+  leaves. A long prompt therefore delays the others by one chunk a step, never by its whole
+  length.
+- While every running request waits for a prompt (nobody decodes), the shortest is read in one
+  call of up to :attr:`Batcher.prompt_call` tokens, as alone: a call of many rows costs less a
+  row than several calls of fewer.
+- Prompts are read shortest first, one a step, since a prompt's tokens cost about as much
+  together as apart (a pass over a CPU's weights is bound by arithmetic beyond a few rows): a
+  second prompt in the call would delay the first one's first token by its own tokens' cost.
 
 Each step waits, after the first post, until every running request (a :meth:`Batcher.member`)
 has posted, at most :data:`GATHER_S`, so that their rows share one call rather than each taking
@@ -21,17 +27,19 @@ sequence into micro-batches of consecutive, increasing sequence ids with as many
 (``llama_batch_allocr::split_equal``), each a pass over all the weights of its own; rows of
 sequences 2, 0, 3, 1 make four passes where 0, 1, 2, 3 make one.
 
-Exactness: on the exact-rows build with covered weight types every row is bitwise the
-one-token row whatever else its call holds, and with cells of its own a row's attention sums
-over its own sequence only, so a request's rows, and so its output, are those it gets alone
-(``tests/backends/test_slots.py`` certifies it, and shows a unified cache failing).
+Exactness: on the exact-rows build with covered weight types every row of a call of up to a
+micro-batch is bitwise the one-token row whatever else its call holds
+(:func:`~.kernels.invariant_batch_size`), and with cells of its own a row's attention sums over
+its own sequence only, so a request's rows, and so its output, are those it gets alone, however
+its prompt was cut (``tests/backends/test_slots.py`` certifies it, and shows a unified cache
+failing).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,11 +47,13 @@ import numpy as np
 
 from spec_decode.backends.cores import available_cores
 from spec_decode.backends.llamacpp.context import LlamaContext, Row
+from spec_decode.backends.llamacpp.kernels import MICRO_BATCH
 from spec_decode.backends.llamacpp.model import LlamaCppModel, gguf_file
 from spec_decode.backends.llamacpp.promise import exact_rows
 
-#: Tokens one step feeds at most: a verification block whole, a prompt in chunks. No more than
-#: the block size the per-model promise makes (:mod:`.promise`), so shared calls stay exact.
+#: Tokens one step feeds at most while a slot decodes: a verification block whole, a prompt in
+#: chunks. No more than the block size the per-model promise makes (:mod:`.promise`), so shared
+#: calls stay exact.
 DEFAULT_BUDGET = 64
 #: The longest a step waits, after the first post, for every running request to post.
 GATHER_S = 0.05
@@ -69,14 +79,39 @@ class _Post:
         return not all(row.output for row in self.rows)
 
 
+def plan_call(
+    waiting: Sequence[tuple[bool, int]], budget: int, prompt_call: int, all_posted: bool
+) -> list[tuple[int, int]]:
+    """What one call feeds of the posts ``waiting`` (each: whether it is a prompt, its rows
+    left): ``(index, rows)`` pairs. Blocks first, shortest first, then one prompt, the shortest,
+    in what ``budget`` rows leave; while only prompts wait and ``all_posted`` (every running
+    request posted: none is about to decode), the shortest prompt alone, up to ``prompt_call``
+    rows."""
+    alone = all_posted and all(is_prompt for is_prompt, _ in waiting)
+    room = prompt_call if alone else budget
+    plan: list[tuple[int, int]] = []
+    for index in sorted(range(len(waiting)), key=waiting.__getitem__):
+        is_prompt, left = waiting[index]
+        take = min(left, room)
+        if take <= 0:
+            break
+        plan.append((index, take))
+        room -= take
+        if is_prompt:
+            break
+    return plan
+
+
 class Batcher:
     """Decodes the rows its slots post on ``context``, together, a step at a time, on the
     thread that made it."""
 
-    def __init__(self, context: LlamaContext, budget: int = DEFAULT_BUDGET) -> None:
-        if budget < 1:
-            raise ValueError(f"budget must be >= 1, got {budget}")
-        self.context, self.budget = context, budget
+    def __init__(
+        self, context: LlamaContext, budget: int = DEFAULT_BUDGET, prompt_call: int = MICRO_BATCH
+    ) -> None:
+        if min(budget, prompt_call) < 1:
+            raise ValueError(f"budget and prompt_call must be >= 1, got {budget}, {prompt_call}")
+        self.context, self.budget, self.prompt_call = context, budget, prompt_call
         self._posts: list[_Post] = []
         self._ready = threading.Condition()
         self._decoding_thread = threading.get_ident()  # the thread that steps it: its creator
@@ -134,17 +169,15 @@ class Batcher:
         """Feed one call's worth of what is posted (on the decoding thread); False if nothing
         was."""
         with self._ready:
-            posts = sorted(self._posts, key=lambda p: (p.is_prompt, p.left))  # blocks first
+            posts = list(self._posts)
+            all_posted = len(posts) >= self._members
         if not posts:
             return False
-        parts: list[tuple[_Post, list[Row]]] = []  # post, the rows fed from it now
-        room, prompts = self.budget, 0
-        for post in posts:
-            take = min(post.left, room)
-            if take <= 0 or (post.is_prompt and prompts):
-                break
-            parts.append((post, post.rows[post.fed : post.fed + take]))
-            room, prompts = room - take, prompts + post.is_prompt
+        waiting = [(post.is_prompt, post.left) for post in posts]
+        parts = [
+            (posts[i], posts[i].rows[posts[i].fed : posts[i].fed + take])
+            for i, take in plan_call(waiting, self.budget, self.prompt_call, all_posted)
+        ]
         parts.sort(key=lambda part: part[1][0].seqs)  # see the module docstring: by sequence
         batch = [row for _, chunk in parts for row in chunk]
         try:
