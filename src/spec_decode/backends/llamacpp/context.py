@@ -48,6 +48,7 @@ class LlamaContext:
         unified: bool = True,
         mmap: bool = False,
         verbose: bool = False,
+        flash_attention: bool = False,
     ) -> None:
         init_backend(verbose)
         # looked up now: at interpreter exit, where __del__ may run, the bindings cannot import
@@ -65,6 +66,7 @@ class LlamaContext:
         trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.context_window = int(n_ctx or min(trained, DEFAULT_MAX_CTX))
         self.n_seq, self.unified, self.n_threads = n_seq, unified, n_threads
+        self.flash_attention = flash_attention
         self.lock = threading.RLock()
         self._ctx = self._new_context()
         self._memory = llama_cpp.llama_get_memory(self._ctx)
@@ -82,7 +84,12 @@ class LlamaContext:
         params.n_threads = params.n_threads_batch = self.n_threads
         # Flash attention tiles the keys differently for several query rows than for one once the
         # cache passes 256 cells (0.3 in a logit at 258 tokens): off, blocks stay bitwise equal.
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # On only where asked (bench/kernels/unified_cache.py measures what it would change).
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if self.flash_attention
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         params.no_perf = True
         ctx = llama_cpp.llama_init_from_model(self.model, params)
         if not ctx:
