@@ -171,6 +171,7 @@ def test_a_prompt_is_read_whole_while_nobody_decodes_and_in_chunks_while_one_may
     assert read_prompt(gguf, members=1, prompt_call=512) == 1
     assert read_prompt(gguf, members=1, prompt_call=20) == 3  # 20 + 20 + 10 rows
     assert read_prompt(gguf, members=2, prompt_call=512) == 4  # 16 + 16 + 16 + 2 rows
+    assert read_prompt(gguf, members=0, prompt_call=512) == 4  # a draft's batcher: no members
 
 
 def test_a_step_feeds_blocks_whole_and_then_the_shortest_prompt_alone(gguf):

@@ -170,7 +170,9 @@ class Batcher:
         was."""
         with self._ready:
             posts = list(self._posts)
-            all_posted = len(posts) >= self._members
+            # a batcher without members (a draft's: requests count on the target's) never
+            # knows that nobody is about to decode
+            all_posted = 0 < self._members <= len(posts)
         if not posts:
             return False
         waiting = [(post.is_prompt, post.left) for post in posts]
