@@ -20,7 +20,8 @@ def broad(monkeypatch):
 
 def run(rate: float, tokens: list[int], passes: int = 4, plain: int = 2) -> dict:
     return {"tokens": tokens, "tokens_per_second": rate, "tokens_per_pass": len(tokens) / passes,
-            "target_passes": passes, "plain_passes": plain}  # fmt: skip
+            "target_passes": passes, "plain_passes": plain,
+            "blocks_by_length": {"3": passes - plain}}  # fmt: skip
 
 
 def test_the_summary_reports_the_speedup_distribution_and_identity(broad):
@@ -30,6 +31,7 @@ def test_the_summary_reports_the_speedup_distribution_and_identity(broad):
         for s, ngram in ((20.0, 10.0), (9.0, 10.0), (15.0, 12.0))
     ]  # fmt: skip
     cases[1]["speculative"]["tokens"] = [1, 3]
+    cases[2]["speculative"]["blocks_by_length"] = {}  # drafted nothing: the same passes
     entry = broad.summary(cases)["edit"]
     assert entry["speedup"] == {"min": 0.9, "p10": pytest.approx(1.02), "median": 1.5}
     assert entry["slower_than_1"] == pytest.approx(1 / 3)
@@ -37,9 +39,13 @@ def test_the_summary_reports_the_speedup_distribution_and_identity(broad):
     assert entry["identical"] == 2 and entry["llama_ngram_identical"] == 3
     assert entry["over_llama_ngram"]["median"] == pytest.approx(1.25)
     assert entry["plain_pass_share_median"] == 0.5
+    assert entry["drafted"] == 2 and entry["drafted_slower_than_1"] == 1
+    noise = broad.noise_floor(cases)
+    assert noise == {"cases": 1, "min": 1.5, "median": 1.5, "max": 1.5}
     table = broad.markdown({"seed": 2, "tokens": 8, "command": "c", "summary": {"edit": entry},
-                            "machine": {"cpu": "x", "cores": 2}})  # fmt: skip
-    assert "| edit | 3 | 0.90x | 1.02x | 1.50x | 33% | 33% |" in table
+                            "machine": {"cpu": "x", "cores": 2}, "noise_floor": noise})  # fmt: skip
+    assert "| edit | 3 | 0.90x | 1.02x | 1.50x | 33% | 33% | 2 | 1 |" in table
+    assert "on the 1 cases where nothing was drafted" in table and "from 1.50x to 1.50x" in table
 
 
 def test_the_workloads_are_public_and_seeded(broad):
