@@ -42,7 +42,7 @@ from bench.lib.machine import machine
 from bench.lib.results import write_results
 from spec_decode.backends import assembly, registry
 from spec_decode.backends.llamacpp.context import LlamaContext, Row
-from spec_decode.backends.llamacpp.exact_rows import bitwise_equal_rows
+from spec_decode.backends.llamacpp.exact_rows import shared_call_mismatches
 from spec_decode.backends.llamacpp.kernels import kernels_status
 
 #: (unified, flash attention, rejected tokens dropped) per layout of the rows part.
@@ -61,63 +61,6 @@ MIXES = {
 }
 #: Tokens each sequence holds before a timed step.
 HELD = 200
-
-
-def solo_rows(model: Path, stream: list[int], flash_attention: bool) -> np.ndarray:
-    """The stream's rows alone: 8 tokens in one call, then one a call."""
-    context = LlamaContext(
-        model, n_threads=2, n_ctx=len(stream) + 1, flash_attention=flash_attention
-    )
-    try:
-        rows = [context.decode([Row(t, i, (0,), True) for i, t in enumerate(stream[:8])]).copy()]
-        rows += [
-            context.decode([Row(t, i, (0,), True)]).copy() for i, t in enumerate(stream) if i >= 8
-        ]
-        return np.concatenate(rows)
-    finally:
-        context.close()
-
-
-def shared_rows(model: Path, streams: list[list[int]], layout: tuple[bool, bool, bool], seed: int):
-    """Feed every stream in shared calls in ``layout``; per stream, its rows differing from solo."""
-    unified, flash, drops = layout
-    rng = np.random.default_rng(seed)
-    window = max(map(len, streams)) + 8
-    context = LlamaContext(
-        model, n_threads=2, n_ctx=window * (len(streams) if unified else 1),
-        n_seq=len(streams), unified=unified, flash_attention=flash,
-    )  # fmt: skip
-    fed, rows = [0] * len(streams), [[] for _ in streams]
-    try:
-        while any(f < len(s) for f, s in zip(fed, streams, strict=True)):
-            batch, owners, rejected = [], [], {}
-            for seq in map(int, rng.permutation(len(streams))):
-                take = min(int(rng.integers(0, 13)), len(streams[seq]) - fed[seq])
-                if not take:
-                    continue
-                batch += [
-                    Row(streams[seq][i], i, (seq,), True) for i in range(fed[seq], fed[seq] + take)
-                ]
-                owners += [seq] * take
-                fed[seq] += take
-                junk = rng.integers(3, 1000, size=int(rng.integers(0, 7)) if drops else 0).tolist()
-                batch += [Row(t, fed[seq] + j, (seq,), True) for j, t in enumerate(junk)]
-                owners += [-1] * len(junk)
-                rejected[seq] = len(junk)
-            if not batch:
-                continue
-            for owner, logits in zip(owners, context.decode(batch), strict=True):
-                if owner >= 0:
-                    rows[owner].append(logits.copy())
-            for seq, n in rejected.items():
-                if n:
-                    context.forget(seq, fed[seq])
-    finally:
-        context.close()
-    return [
-        int((~bitwise_equal_rows(np.array(got), solo_rows(model, stream, flash))).sum())
-        for got, stream in zip(rows, streams, strict=True)
-    ]
 
 
 def step_seconds(model: Path, repeats: int) -> dict[str, dict[str, float]]:
@@ -160,8 +103,12 @@ def main() -> None:
     rng = np.random.default_rng(100 + args.seed)
     streams = [rng.integers(3, 1000, size=int(rng.integers(low, high))).tolist() for _ in "abc"]
     rows = {}
-    for name, layout in LAYOUTS.items():
-        rows[name] = shared_rows(model, streams, layout, args.seed)
+    for name, (unified, flash, drops) in LAYOUTS.items():
+        differing = shared_call_mismatches(
+            model, streams, args.seed, most=12, unified=unified, flash_attention=flash,
+            drop_tails=drops,
+        )  # fmt: skip
+        rows[name] = [len(d) for d in differing]
         print(f"{name}: rows differing {rows[name]}", flush=True)
     results = {
         "machine": machine(),

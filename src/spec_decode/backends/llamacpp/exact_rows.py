@@ -72,6 +72,10 @@ def row_mismatches(
         return result
 
 
+#: The most rejected tokens a piece carries with ``drop_tails`` (:func:`shared_call_mismatches`).
+_MOST_REJECTED = 6
+
+
 def shared_call_mismatches(
     model_path: Path,
     streams: Sequence[Sequence[int]],
@@ -80,30 +84,39 @@ def shared_call_mismatches(
     most: int = 24,
     unified: bool = False,
     threads: int = 2,
+    flash_attention: bool = False,
+    drop_tails: bool = False,
 ) -> list[list[int]]:
     """Per stream, the indices of its rows that differ bitwise from :func:`solo_rows`, when the
     streams are fed on sequences of one context (cells of their own, unless ``unified``): each
-    call takes 0 to ``most`` next tokens of each stream, sequences in a random order (``seed``)."""
-    window = max(map(len, streams)) + 1
+    call takes 0 to ``most`` next tokens of each stream, sequences in a random order (``seed``).
+    With ``drop_tails`` each stream's piece is followed by 0 to :data:`_MOST_REJECTED` tokens
+    dropped after the call, as speculation drops rejected drafts, leaving holes in the cache."""
+    window = max(map(len, streams)) + 1 + _MOST_REJECTED * drop_tails
     cells = window * len(streams) if unified else window  # a unified cache holds them all
     context = LlamaContext(
-        Path(model_path), n_threads=threads, n_ctx=cells, n_seq=len(streams), unified=unified
-    )
+        Path(model_path), n_threads=threads, n_ctx=cells, n_seq=len(streams), unified=unified,
+        flash_attention=flash_attention,
+    )  # fmt: skip
     try:
-        shared = _shared_rows(context, streams, np.random.default_rng(seed), most)
+        shared = _shared_rows(context, streams, np.random.default_rng(seed), most, drop_tails)
     finally:
         context.close()
     differing = [
-        ~bitwise_equal_rows(got, solo_rows(model_path, stream, threads))
+        ~bitwise_equal_rows(got, solo_rows(model_path, stream, threads, flash_attention))
         for got, stream in zip(shared, streams, strict=True)
     ]
     return [[int(i) for i in np.flatnonzero(rows)] for rows in differing]
 
 
-def solo_rows(model_path: Path, stream: Sequence[int], threads: int = 2) -> np.ndarray:
+def solo_rows(
+    model_path: Path, stream: Sequence[int], threads: int = 2, flash_attention: bool = False
+) -> np.ndarray:
     """The stream's rows on a context of its own: one call for the first 8 tokens, then one
     token a call (target-only decoding's calls)."""
-    context = LlamaContext(Path(model_path), n_threads=threads, n_ctx=len(stream) + 1)
+    context = LlamaContext(
+        Path(model_path), n_threads=threads, n_ctx=len(stream) + 1, flash_attention=flash_attention
+    )
     try:
         rows = [context.decode([Row(t, i, (0,), True) for i, t in enumerate(stream[:8])]).copy()]
         rows += [
@@ -116,13 +129,18 @@ def solo_rows(model_path: Path, stream: Sequence[int], threads: int = 2) -> np.n
 
 
 def _shared_rows(
-    context: LlamaContext, streams: Sequence[Sequence[int]], rng: np.random.Generator, most: int
+    context: LlamaContext,
+    streams: Sequence[Sequence[int]],
+    rng: np.random.Generator,
+    most: int,
+    drop_tails: bool = False,
 ) -> list[np.ndarray]:
-    """Every stream's rows of logits, fed on sequence ``i`` of ``context`` in shared calls."""
+    """Every stream's rows of logits, fed on sequence ``i`` of ``context`` in shared calls
+    (with ``drop_tails``, each piece followed by tokens dropped after the call)."""
     fed = [0] * len(streams)
     rows: list[list[np.ndarray]] = [[] for _ in streams]
     while any(f < len(s) for f, s in zip(fed, streams, strict=True)):
-        batch, owners = [], []
+        batch, owners, rejected = [], [], {}
         for seq in map(int, rng.permutation(len(streams))):
             take = min(int(rng.integers(0, most + 1)), len(streams[seq]) - fed[seq])
             batch += [
@@ -130,9 +148,17 @@ def _shared_rows(
             ]
             owners += [seq] * take
             fed[seq] += take
+            if drop_tails and take:
+                tail = rng.choice(streams[seq], size=int(rng.integers(0, _MOST_REJECTED + 1)))
+                batch += [Row(int(t), fed[seq] + j, (seq,), True) for j, t in enumerate(tail)]
+                owners += [-1] * len(tail)
+                rejected[seq] = len(tail)
         if batch:
             for owner, logits in zip(owners, context.decode(batch), strict=True):
-                rows[owner].append(logits.copy())
+                if owner >= 0:
+                    rows[owner].append(logits.copy())
+            for seq in (seq for seq, n in rejected.items() if n):
+                context.forget(seq, fed[seq])
     return [np.array(r) for r in rows]
 
 
