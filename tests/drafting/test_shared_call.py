@@ -22,6 +22,7 @@ from spec_decode.drafting.shared_call import (
     call_seconds,
     fixed,
     joint_plan,
+    split_passes,
 )
 
 #: One call of B tokens on this kind of CPU, in one-token passes (shared/README.md).
@@ -100,6 +101,37 @@ def test_a_call_costs_a_pass_for_every_split_llama_cpp_makes():
     assert call_seconds(CALL, [1, 16, 1, 1]) == pytest.approx(c(4) + c(15))
     assert call_seconds(CALL, [16, 16, 1, 1]) == pytest.approx(c(4) + c(30))
     assert call_seconds(CALL, [0, 3]) == c(3)
+    assert call_seconds(CALL, [1, 0, 1, 1]) == pytest.approx(c(1) + c(2))  # ids not consecutive
+    assert call_seconds(CALL, [1, 5, 1, 5]) == pytest.approx(3 * c(4))  # not c(4) + c(8)
+
+
+def split_equal(rows: list[int]) -> list[int]:
+    """A transcription of llama.cpp's ``llama_batch_allocr::split_equal(n_ubatch, sequential =
+    true)`` (``src/llama-batch.cpp`` of the vendored llama.cpp) on a batch of ``rows[s]`` tokens
+    of sequence s in order of sequence, one sequence a token: the rows of each micro-batch."""
+    seq_of = [seq for seq, count in enumerate(rows) for _ in range(count)]
+    used = [False] * len(seq_of)
+    passes = []
+    while not all(used):
+        chosen: list[int] = []  # the sequence sets of this micro-batch
+        for i, seq in enumerate(seq_of):  # accept only increasing, consecutive sequence ids
+            if not used[i] and seq not in chosen and (not chosen or seq == chosen[-1] + 1):
+                chosen.append(seq)
+        unused = {s: [i for i, t in enumerate(seq_of) if t == s and not used[i]] for s in chosen}
+        taken = 0
+        while all(unused[seq] for seq in chosen):  # add a token of every set while all have one
+            for seq in chosen:
+                used[unused[seq].pop(0)] = True
+                taken += 1
+        passes.append(taken)
+    return passes
+
+
+def test_split_passes_is_llama_cpps_split():
+    rng = random.Random(0)
+    for _ in range(500):
+        rows = [rng.choice([0, 0, 1, 1, 2, 3, 5, 16]) for _ in range(rng.randint(1, 6))]
+        assert list(split_passes(tuple(rows))) == split_equal(rows), rows
 
 
 def test_every_option_is_valued_as_the_objective_says():
@@ -117,9 +149,10 @@ def test_every_option_is_valued_as_the_objective_says():
             for _ in range(rng.randint(1, 5))
         ]
         budget = rng.choice([None, 16, 64])
+        seqs = sorted(rng.sample(range(6), len(offers)))  # the slots' sequence ids, holes too
         picks = [rng.randrange(len(offer)) for offer in offers]
         i = rng.randrange(len(offers))
-        values = _Call(CALL, offers, budget).values(i, picks)
+        values = _Call(CALL, offers, budget, seqs).values(i, picks)
         for p, value in enumerate(values):
             chosen = [
                 offer[q] for offer, q in zip(offers, (*picks[:i], p, *picks[i + 1 :]), strict=True)
@@ -128,6 +161,9 @@ def test_every_option_is_valued_as_the_objective_says():
             if budget is not None and sum(rows) > budget:
                 assert value == -math.inf
                 continue
-            seconds = call_seconds(CALL, rows) + sum(o.draft_seconds for o in chosen)
+            by_seq = [0] * 6
+            for seq, option in zip(seqs, chosen, strict=True):
+                by_seq[seq] = option.rows
+            seconds = call_seconds(CALL, by_seq) + sum(o.draft_seconds for o in chosen)
             expected = sum(math.log(o.expected) for o in chosen) - len(chosen) * math.log(seconds)
             assert value == pytest.approx(expected, rel=1e-12, abs=1e-12)

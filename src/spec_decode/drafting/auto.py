@@ -176,7 +176,8 @@ class AutoPlanner:
                 if option.rate(self.costs.target) > best.rate(self.costs.target):
                     best = option
         else:
-            best = offer[joint_plan(self.costs, shared.offers, shared.budget)[shared.mine]]
+            picks = joint_plan(self.costs, shared.offers, shared.budget, shared.seqs)
+            best = offer[picks[shared.mine]]
         return Plan(best.drafter, best.rows - 1, proposals)
 
     def _offer(

@@ -17,19 +17,21 @@ planner that only weighed its own move against its neighbours' last moves would 
 plain decoding.
 
 What a call costs follows llama.cpp, which splits a call on a cache with cells per sequence into
-micro-batches taking as many rows from every sequence with rows left as the fewest has, each a
-pass of its own over the weights (:func:`call_seconds`). One token from each of four sequences
-is one pass; a block of 16 beside three single tokens is two, the second as dear as the block
-alone. A call holds at most ``budget`` rows (the exact block size: more would not score exactly),
-so a joint plan never asks for more; and while a request reads its prompt every drafted row would
-take the place of one of its prompt tokens, so nobody drafts and speculation never delays a
-neighbour's first token.
+micro-batches, each a pass of its own over the weights (:func:`split_passes`): a micro-batch takes
+the sequences with rows left from the lowest id on while their ids are consecutive, and as many
+rows from each as the fewest of them has. One token from each of four sequences is one pass; a
+block of 16 beside three single tokens is two, the second as dear as the block alone; single
+tokens of sequences 0, 2 and 3 are two passes, since sequence 1 has none. A call holds at most
+``budget`` rows (the exact block size: more would not score exactly), so a joint plan never asks
+for more; and while a request reads its prompt every drafted row would take the place of one of
+its prompt tokens, so nobody drafts and speculation never delays a neighbour's first token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -59,13 +61,14 @@ Offer = tuple[Option, ...]
 @dataclass(frozen=True)
 class SharedCall:
     """Every running request's offer, in one order all of them see (``mine`` is the asking
-    request's), whether one of them is still reading its prompt, and the most rows a call
-    holds."""
+    request's), whether one of them is still reading its prompt, the most rows a call holds, and
+    each offer's sequence id, increasing (empty: 0, 1, 2, ...)."""
 
     offers: tuple[Offer, ...] = ()
     mine: int = 0
     reading_prompt: bool = False
     budget: int | None = None
+    seqs: tuple[int, ...] = ()
 
     @property
     def alone(self) -> bool:
@@ -81,24 +84,41 @@ def fixed(rows: int) -> Offer:
     return (Option(rows, 1.0),)
 
 
+def split_passes(rows: tuple[int, ...]) -> tuple[int, ...]:
+    """The rows of each pass of a call scoring ``rows[s]`` rows of sequence s, in llama.cpp's
+    order (``llama_batch_allocr::split_equal`` on a cache with cells per sequence): a pass takes
+    the sequence with rows left that has the lowest id, and the next ids after it while they
+    have rows left, as many rows from each as the fewest of them has."""
+    left, passes = list(rows), []
+    while any(left):
+        first = next(seq for seq, count in enumerate(left) if count)
+        end = first + 1
+        while end < len(left) and left[end]:
+            end += 1
+        take = min(left[first:end])
+        passes.append(take * (end - first))
+        for seq in range(first, end):
+            left[seq] -= take
+    return tuple(passes)
+
+
 def call_seconds(costs: CostCurve, rows: Sequence[int]) -> float:
-    """Seconds of one call scoring ``rows[i]`` rows of sequence i, split as llama.cpp splits
-    it: while rows are left, a pass takes as many from every sequence with rows left as the
-    fewest has."""
-    seconds, taken = 0.0, 0
-    counts = sorted(r for r in rows if r > 0)
-    for i, count in enumerate(counts):
-        if count > taken:
-            seconds += costs.target((len(counts) - i) * (count - taken))
-            taken = count
-    return seconds
+    """Seconds of one call scoring ``rows[s]`` rows of sequence s (0: none), a pass for each
+    of :func:`split_passes`."""
+    return sum(costs.target(n) for n in split_passes(tuple(rows)))
 
 
-def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = None) -> list[int]:
+def joint_plan(
+    costs: CostCurve,
+    offers: Sequence[Offer],
+    budget: int | None = None,
+    seqs: Sequence[int] = (),
+) -> list[int]:
     """The option of each offer (its index) that together maximise the product of the
-    requests' token rates, within ``budget`` rows a call: coordinate ascent from everyone's
-    first option and from everyone's best option alone, in the offers' order (deterministic)."""
-    call = _Call(costs, offers, budget)
+    requests' token rates, within ``budget`` rows a call, the offers feeding sequences ``seqs``
+    (increasing; empty: 0, 1, 2, ...): coordinate ascent from everyone's first option and from
+    everyone's best option alone, in the offers' order (deterministic)."""
+    call = _Call(costs, offers, budget, seqs or range(len(offers)))
     solo = [
         max(range(len(offer)), key=lambda p, o=offer: (o[p].rate(costs.target), -p))
         for offer in offers
@@ -107,37 +127,52 @@ def joint_plan(costs: CostCurve, offers: Sequence[Offer], budget: int | None = N
 
 
 class _Call:
-    """A call's offers as arrays, so that one offer's every option is valued in one numpy pass:
-    every request solves the whole call before every step, trying each option of each offer in
-    every sweep, and all of that runs between two decodes."""
+    """A call's offers as arrays, and the seconds of every call shape priced so far: every
+    request solves the whole call before every step, trying each option of each offer in every
+    sweep, and all of that runs between two decodes."""
 
-    def __init__(self, costs: CostCurve, offers: Sequence[Offer], budget: int | None) -> None:
+    def __init__(
+        self, costs: CostCurve, offers: Sequence[Offer], budget: int | None, seqs: Sequence[int]
+    ) -> None:
+        if len(seqs) != len(offers) or any(b <= a for a, b in pairwise(seqs)):
+            raise ValueError(f"need one increasing sequence id per offer, got {list(seqs)}")
+        self.seqs = list(seqs)
         self.rows = [np.array([o.rows for o in offer]) for offer in offers]
         self.logs = [np.log([o.expected for o in offer]) for offer in offers]
         self.drafting = [np.array([o.draft_seconds for o in offer]) for offer in offers]
         most = sum(int(rows.max()) for rows in self.rows)  # no call prices more rows
         self.most = most if budget is None else min(most, budget)  # beyond: never chosen
-        self.price = np.array([0.0] + [costs.target(n) for n in range(1, self.most + 1)])
+        self.price = [0.0] + [costs.target(n) for n in range(1, self.most + 1)]
+        self._known: dict[tuple[int, ...], float] = {}
         self.budget = budget
 
     def values(self, i: int, picks: Sequence[int]) -> np.ndarray:
         """The joint objective for every option of offer ``i``, the others' ``picks`` kept:
-        a call splits as :func:`call_seconds` says, each pass taking the same rows from every
-        sequence with rows left."""
+        a call costs a pass for each of :func:`split_passes`."""
         others = [j for j in range(len(picks)) if j != i]
-        counts = np.empty((len(self.rows[i]), len(picks)), dtype=np.int64)
-        counts[:, :-1] = [self.rows[j][picks[j]] for j in others]
-        counts[:, -1] = self.rows[i]
-        counts.sort(axis=1)
-        widths = counts.shape[1] - np.arange(counts.shape[1])  # sequences with rows left
-        passes = np.diff(counts, axis=1, prepend=0) * widths  # beyond the budget: masked below
-        seconds = self.price[np.minimum(passes, self.most)].sum(axis=1)
-        seconds += sum(self.drafting[j][picks[j]] for j in others) + self.drafting[i]
+        by_seq = [0] * (self.seqs[-1] + 1)
+        for j in others:
+            by_seq[self.seqs[j]] = int(self.rows[j][picks[j]])
+        counts, seconds = [], []
+        for rows in self.rows[i]:
+            by_seq[self.seqs[i]] = int(rows)
+            counts.append(sum(by_seq))
+            seconds.append(self._seconds(tuple(by_seq)))
+        drafting = sum(self.drafting[j][picks[j]] for j in others) + self.drafting[i]
+        seconds = np.array(seconds) + drafting
         logs = sum(self.logs[j][picks[j]] for j in others) + self.logs[i]
         value = logs - len(picks) * np.log(seconds)
         if self.budget is not None:
-            value[counts.sum(axis=1) > self.budget] = -np.inf
+            value[np.array(counts) > self.budget] = -np.inf
         return value
+
+    def _seconds(self, by_seq: tuple[int, ...]) -> float:
+        """A call's seconds (passes beyond the budget priced as the budget: masked anyway)."""
+        seconds = self._known.get(by_seq)
+        if seconds is None:
+            seconds = sum(self.price[min(n, self.most)] for n in split_passes(by_seq))
+            self._known[by_seq] = seconds
+        return seconds
 
     def ascent(self, picks: list[int]) -> tuple[float, list[int]]:
         """Coordinate ascent from ``picks``: each offer in turn takes its best option (the

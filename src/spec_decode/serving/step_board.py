@@ -72,10 +72,11 @@ class StepBoard:
 
     def share(self, key: int, offer: Offer) -> SharedCall:
         """Post ``offer`` for the request on slot ``key``; every running request's offer, by
-        key, and whether one of them has not finished a step yet (it reads its prompt)."""
+        key (a slot's key is its sequence id), and whether one of them has not finished a step
+        yet (it reads its prompt)."""
         with self._lock:
             self._entries[key].offer = offer
             keys = sorted(self._entries)
             offers = tuple(self._entries[k].current for k in keys)
             reading = not all(self._entries[k].rows for k in keys if k != key)
-        return SharedCall(offers, keys.index(key), reading, self.budget)
+        return SharedCall(offers, keys.index(key), reading, self.budget, tuple(keys))
