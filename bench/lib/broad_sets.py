@@ -6,6 +6,9 @@
   rename, add types, add a docstring, change a behaviour), the whole code asked back;
 * ``fim``: a HumanEval solution with one to three of its lines cut out at a random place: the
   code before and after the gap, for the model to fill (:class:`Gap`).
+
+:func:`typing_sessions` gives an editor's view of the same solutions: one gap per line, in order,
+as the lines are typed.
 """
 
 from __future__ import annotations
@@ -79,3 +82,25 @@ def completions(n: int | None, seed: int) -> list[Prompt]:
 def chats(n: int | None, seed: int) -> list[Prompt]:
     """``n`` MT-bench first turns (all 80: None), seeded."""
     return mtbench(min(n or 80, 80), seed)
+
+
+def typing_sessions(n: int | None, seed: int) -> list[list[Gap]]:
+    """``n`` HumanEval solutions (all: None), seeded, each typed line by line into existing code:
+    for each line of the solution, in order, the gap of that one line (the lines above it typed,
+    the ones below it there already)."""
+    sessions = []
+    for task, problem in _problems(n, seed + 3):
+        lines = problem["canonical_solution"].splitlines(keepends=True)
+        sessions.append(
+            [
+                Gap(
+                    f"{task} line {i + 1}",
+                    problem["prompt"] + "".join(lines[:i]),
+                    "".join(lines[i + 1 :]),
+                    line,
+                )
+                for i, line in enumerate(lines)
+                if line.strip()
+            ]
+        )
+    return sessions

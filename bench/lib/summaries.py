@@ -1,11 +1,23 @@
 """What the repetitions of :func:`bench.lib.repetitions.interleaved` come to: medians per
-variant, and whether greedy output was the reference's token for token."""
+variant, and whether greedy output was the reference's token for token; and a distribution's
+low quantiles (per-prompt speedups are reported by their min, p10 and median)."""
 
 from __future__ import annotations
 
 import statistics
 
+import numpy as np
+
 from bench.lib.records import RunRecord
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    """The min, the 10th percentile and the median of ``values``."""
+    return {
+        "min": min(values),
+        "p10": float(np.percentile(values, 10)),
+        "median": statistics.median(values),
+    }
 
 
 def summarize(runs: list[RunRecord]) -> dict[str, object]:

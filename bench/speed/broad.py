@@ -32,14 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib import broad_sets
 from bench.lib.machine import machine
 from bench.lib.results import write_results
 from bench.lib.servers import Server
+from bench.lib.summaries import quantiles
 from spec_decode.backends.fim import encode_fim, fim_tokens
 from spec_decode.backends.registry import DEFAULT_TARGET
 from spec_decode.core.sampling import SamplingParams
@@ -131,14 +130,6 @@ def measure(args: argparse.Namespace, engine: Engine, server: Server | None) -> 
             print(f"{workload} {case.source_id}: {speedup:.2f}x, {len(spec['tokens'])} tokens, "
                   f"{spec['target_passes']} passes", flush=True)  # fmt: skip
     return cases
-
-
-def quantiles(values: list[float]) -> dict[str, float]:
-    return {
-        "min": min(values),
-        "p10": float(np.percentile(values, 10)),
-        "median": statistics.median(values),
-    }
 
 
 def summary(cases: list[dict]) -> dict[str, dict]:
