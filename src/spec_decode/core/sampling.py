@@ -121,13 +121,19 @@ class SamplingParams:
         row /= self.temperature
         np.exp(row, out=row)
         if self.top_k is not None and self.top_k < row.size:
-            by_rank = np.argsort(-row, kind="stable")
-            row[by_rank[self.top_k :]] = 0.0
+            _keep_only(row, _ranked(row, self.top_k)[: self.top_k])
         if self.top_p < 1:
-            by_rank = np.argsort(-row, kind="stable")
-            mass = np.cumsum(row[by_rank]) / row.sum()
-            n_keep = int(np.searchsorted(mass, self.top_p, side="left")) + 1
-            row[by_rank[n_keep:]] = 0.0
+            # the likeliest tokens in rank order, as many as their mass needs: mass is a
+            # running sum, so its prefix over a prefix of the ranks is the whole row's prefix
+            total, wanted = row.sum(), _RANKED
+            while True:
+                by_rank = _ranked(row, wanted)
+                mass = np.cumsum(row[by_rank]) / total
+                n_keep = int(np.searchsorted(mass, self.top_p, side="left")) + 1
+                if n_keep <= by_rank.size or by_rank.size == row.size:
+                    break
+                wanted *= 16
+            _keep_only(row, by_rank[:n_keep])
         if self.min_p > 0:
             row[row < self.min_p * row.max()] = 0.0
         row /= row.sum()
@@ -197,6 +203,28 @@ class SamplingParams:
             surely &= scaled - eps >= threshold
             possibly &= scaled + eps >= threshold
         return weights, surely, possibly
+
+
+#: How many of a row's likeliest tokens top-p ranks first (more only if their mass falls short).
+_RANKED = 256
+
+
+def _ranked(row: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` or more entries of ``np.argsort(-row, kind="stable")`` (descending, ties
+    by id): every entry at least the n-th largest, ranked. Sorting those alone, not a whole
+    vocabulary, is what keeps top-k and top-p cheap on a large one."""
+    if n >= row.size:
+        return np.argsort(-row, kind="stable")
+    nth_largest = np.partition(row, row.size - n)[row.size - n]
+    ids = np.flatnonzero(row >= nth_largest)  # ascending ids: the stable sort keeps ties so
+    return ids[np.argsort(-row[ids], kind="stable")]
+
+
+def _keep_only(row: np.ndarray, kept: np.ndarray) -> None:
+    """Zero every entry of ``row`` but those at ``kept``."""
+    values = row[kept]
+    row[:] = 0.0
+    row[kept] = values
 
 
 def _one_hot_argmax(values: np.ndarray) -> np.ndarray:
