@@ -127,9 +127,9 @@ def joint_plan(
 
 
 class _Call:
-    """A call's offers as arrays, and the seconds of every call shape priced so far: every
-    request solves the whole call before every step, trying each option of each offer in every
-    sweep, and all of that runs between two decodes."""
+    """A call's offers as arrays, so that one offer's every option is valued in one numpy pass:
+    every request solves the whole call before every step, trying each option of each offer in
+    every sweep, and all of that runs between two decodes."""
 
     def __init__(
         self, costs: CostCurve, offers: Sequence[Offer], budget: int | None, seqs: Sequence[int]
@@ -142,37 +142,49 @@ class _Call:
         self.drafting = [np.array([o.draft_seconds for o in offer]) for offer in offers]
         most = sum(int(rows.max()) for rows in self.rows)  # no call prices more rows
         self.most = most if budget is None else min(most, budget)  # beyond: never chosen
-        self.price = [0.0] + [costs.target(n) for n in range(1, self.most + 1)]
-        self._known: dict[tuple[int, ...], float] = {}
+        self.price = np.array([0.0] + [costs.target(n) for n in range(1, self.most + 1)])
         self.budget = budget
+        # every run of consecutive sequences: its first, its length, and its neighbours' columns
+        # in the counts padded by an empty sequence on each side (see _seconds)
+        n = self.seqs[-1] + 1
+        runs = [(first, length) for length in range(1, n + 1) for first in range(n - length + 1)]
+        self.run_length = np.array([length for _, length in runs])
+        self.left = np.array([first for first, _ in runs])
+        self.right = np.array([first + length + 1 for first, length in runs])
 
     def values(self, i: int, picks: Sequence[int]) -> np.ndarray:
         """The joint objective for every option of offer ``i``, the others' ``picks`` kept:
         a call costs a pass for each of :func:`split_passes`."""
         others = [j for j in range(len(picks)) if j != i]
-        by_seq = [0] * (self.seqs[-1] + 1)
+        counts = np.zeros((len(self.rows[i]), self.seqs[-1] + 3), dtype=np.int64)
         for j in others:
-            by_seq[self.seqs[j]] = int(self.rows[j][picks[j]])
-        counts, seconds = [], []
-        for rows in self.rows[i]:
-            by_seq[self.seqs[i]] = int(rows)
-            counts.append(sum(by_seq))
-            seconds.append(self._seconds(tuple(by_seq)))
-        drafting = sum(self.drafting[j][picks[j]] for j in others) + self.drafting[i]
-        seconds = np.array(seconds) + drafting
+            counts[:, self.seqs[j] + 1] = self.rows[j][picks[j]]
+        counts[:, self.seqs[i] + 1] = self.rows[i]
+        seconds = self._seconds(counts)
+        seconds += sum(self.drafting[j][picks[j]] for j in others) + self.drafting[i]
         logs = sum(self.logs[j][picks[j]] for j in others) + self.logs[i]
         value = logs - len(picks) * np.log(seconds)
         if self.budget is not None:
-            value[np.array(counts) > self.budget] = -np.inf
+            value[counts.sum(axis=1) > self.budget] = -np.inf
         return value
 
-    def _seconds(self, by_seq: tuple[int, ...]) -> float:
-        """A call's seconds (passes beyond the budget priced as the budget: masked anyway)."""
-        seconds = self._known.get(by_seq)
-        if seconds is None:
-            seconds = sum(self.price[min(n, self.most)] for n in split_passes(by_seq))
-            self._known[by_seq] = seconds
-        return seconds
+    def _seconds(self, padded: np.ndarray) -> np.ndarray:
+        """Seconds of the calls whose rows by sequence are the rows of ``padded`` (an empty
+        sequence before the first and after the last): the passes of :func:`split_passes`,
+        all at once. Each pass is a run of consecutive sequences that every lower level of the
+        split leaves whole: it takes as many rows from each as its fewest has above the level
+        where it parted from its neighbours, the larger of theirs. So every run of consecutive
+        sequences is a pass of its length times its fewest rows less its neighbours' larger,
+        where that is positive (runs that are no pass come to zero)."""
+        inner = padded[:, 1:-1]
+        fewest, width = [inner], inner
+        for length in range(2, inner.shape[1] + 1):  # each run's fewest rows, by length
+            width = np.minimum(width[:, :-1], inner[:, length - 1 :])
+            fewest.append(width)
+        fewest = np.concatenate(fewest, axis=1)
+        parted = np.maximum(padded[:, self.left], padded[:, self.right])
+        rows = np.clip(fewest - parted, 0, None) * self.run_length
+        return self.price[np.minimum(rows, self.most)].sum(axis=1)
 
     def ascent(self, picks: list[int]) -> tuple[float, list[int]]:
         """Coordinate ascent from ``picks``: each offer in turn takes its best option (the
