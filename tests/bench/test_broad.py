@@ -5,17 +5,13 @@ models is the benchmark itself.)"""
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture
-def broad(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
-    return importlib.import_module("bench.speed.broad")
+def broad(bench_module):
+    return bench_module("bench.speed.broad")
 
 
 def run(rate: float, tokens: list[int], passes: int = 4, plain: int = 2) -> dict:

@@ -5,18 +5,12 @@ what it reports.)"""
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def report(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
-    return importlib.import_module("bench.lib.concurrent_report")
+def report(bench_module):
+    return bench_module("bench.lib.concurrent_report")
 
 
 def test_percentile_is_linear_between_the_closest_ranks(report):

@@ -4,18 +4,12 @@ its check's cost, identity runs and the kernel cost where measured."""
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def report(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
-    return importlib.import_module("bench.lib.exact_rows_report")
+def report(bench_module):
+    return bench_module("bench.lib.exact_rows_report")
 
 
 def run(same: bool, speedup: float) -> dict:

@@ -4,19 +4,14 @@ itself.)"""
 
 from __future__ import annotations
 
-import importlib
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture
-def fim_session(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
-    return importlib.import_module("bench.serving.fim_session")
+def fim_session(bench_module):
+    return bench_module("bench.serving.fim_session")
 
 
 def test_each_session_types_its_solution_line_by_line(fim_session):

@@ -4,7 +4,6 @@ markers is refused."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def summary(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT))  # bench.lib; sys.path restored after
-    return importlib.import_module("bench.lib.summary")
+def summary(bench_module):
+    return bench_module("bench.lib.summary")
 
 
 def test_the_table_is_rendered_between_the_markers_and_is_stable(tmp_path, summary):
