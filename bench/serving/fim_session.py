@@ -13,9 +13,10 @@ Servers, one each for all sessions, each session run on every server in a shuffl
 (:func:`~bench.lib.repetitions.interleaved`): llama-server target-only (``-np 1``) and
 ``--spec-type ngram-simple``; ``spec-decode serve`` target-only (``--draft none``) and with its
 defaults. Per request: seconds from sending it to its whole answer, at the client, and the text.
-Reported: each server's seconds over all requests; ours over our target-only per request (min,
-p10, median), the comparison that isolates speculation; each server against llama-server
-target-only over all requests; and each speculative server's texts against its own target-only.
+Reported: each server's seconds, tokens and tokens/s over all requests; ours over our
+target-only per request (min, p10, median), the comparison that isolates speculation; each
+server against llama-server target-only by tokens/s (the engines' answers may end at different
+tokens); and each speculative server's texts against its own target-only.
 
     python bench/serving/fim_session.py --llama-server PATH --sessions 6 --seed 2
 """
