@@ -177,11 +177,11 @@ class _Call:
         sequences is a pass of its length times its fewest rows less its neighbours' larger,
         where that is positive (runs that are no pass come to zero)."""
         inner = padded[:, 1:-1]
-        fewest, width = [inner], inner
-        for length in range(2, inner.shape[1] + 1):  # each run's fewest rows, by length
-            width = np.minimum(width[:, :-1], inner[:, length - 1 :])
-            fewest.append(width)
-        fewest = np.concatenate(fewest, axis=1)
+        by_length, runs_fewest = [inner], inner  # the fewest rows of each run, by its length
+        for length in range(2, inner.shape[1] + 1):
+            runs_fewest = np.minimum(runs_fewest[:, :-1], inner[:, length - 1 :])
+            by_length.append(runs_fewest)
+        fewest = np.concatenate(by_length, axis=1)
         parted = np.maximum(padded[:, self.left], padded[:, self.right])
         rows = np.clip(fewest - parted, 0, None) * self.run_length
         return self.price[np.minimum(rows, self.most)].sum(axis=1)

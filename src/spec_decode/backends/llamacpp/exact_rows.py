@@ -140,7 +140,7 @@ def _shared_rows(
     fed = [0] * len(streams)
     rows: list[list[np.ndarray]] = [[] for _ in streams]
     while any(f < len(s) for f, s in zip(fed, streams, strict=True)):
-        batch, owners, rejected = [], [], {}
+        batch, owners, dropping = [], [], []
         for seq in map(int, rng.permutation(len(streams))):
             take = min(int(rng.integers(0, most + 1)), len(streams[seq]) - fed[seq])
             batch += [
@@ -152,12 +152,13 @@ def _shared_rows(
                 tail = rng.choice(streams[seq], size=int(rng.integers(0, _MOST_REJECTED + 1)))
                 batch += [Row(int(t), fed[seq] + j, (seq,), True) for j, t in enumerate(tail)]
                 owners += [-1] * len(tail)
-                rejected[seq] = len(tail)
+                if len(tail):
+                    dropping.append(seq)
         if batch:
             for owner, logits in zip(owners, context.decode(batch), strict=True):
                 if owner >= 0:
                     rows[owner].append(logits.copy())
-            for seq in (seq for seq, n in rejected.items() if n):
+            for seq in dropping:
                 context.forget(seq, fed[seq])
     return [np.array(r) for r in rows]
 
