@@ -8,17 +8,21 @@
   code before and after the gap, for the model to fill (:class:`Gap`).
 
 :func:`typing_sessions` gives an editor's view of the same solutions: one gap per line, in order,
-as the lines are typed.
+as the lines are typed. :func:`prompt_ids` is a case's prompt as the engine reads it.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bench.lib.prompt_sets import Prompt, humaneval, mtbench
+from spec_decode.backends.fim import encode_fim, fim_tokens
 
-WORKLOADS = ("completion", "chat", "edit", "fim")
+if TYPE_CHECKING:
+    from spec_decode.serving.engine import Engine
+
 #: What an edit request asks, by kind.
 EDIT_KINDS = {
     "rename": "rename the function `{entry_point}` to `solution`, and every call of it",
@@ -104,3 +108,19 @@ def typing_sessions(n: int | None, seed: int) -> list[list[Gap]]:
             ]
         )
     return sessions
+
+
+#: Each workload's cases, by name: ``SETS[name](n, seed)``.
+SETS = {"completion": completions, "chat": chats, "edit": edits, "fim": gaps}
+WORKLOADS = tuple(SETS)
+
+
+def prompt_ids(engine: Engine, case: Prompt | Gap) -> list[int]:
+    """The case's prompt as token ids: a FIM prompt in the model's own tokens, a chat turn
+    through the template, a completion raw."""
+    if isinstance(case, Gap):
+        tokens = fim_tokens(engine.tokenizer)
+        if tokens is None:
+            raise SystemExit("the target has no fill-in-the-middle tokens")
+        return encode_fim(engine.tokenizer, tokens, case.prefix, case.suffix)
+    return engine.encode(case.text, raw=not case.chat)

@@ -39,7 +39,6 @@ from bench.lib.machine import machine
 from bench.lib.results import write_results
 from bench.lib.servers import Server
 from bench.lib.summaries import quantiles
-from spec_decode.backends.fim import encode_fim, fim_tokens
 from spec_decode.backends.registry import DEFAULT_TARGET
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.completion import speculative_figures
@@ -49,24 +48,6 @@ from spec_decode.serving.request import RequestOptions
 
 #: Seconds between llama-server's runs and ours.
 PAUSE_S = 1.0
-
-SETS = {
-    "completion": broad_sets.completions,
-    "chat": broad_sets.chats,
-    "edit": broad_sets.edits,
-    "fim": broad_sets.gaps,
-}
-
-
-def prompt_ids(engine: Engine, case: object) -> list[int]:
-    """The case's prompt as token ids: a FIM prompt in the model's own tokens, a chat turn
-    through the template, a completion raw."""
-    if isinstance(case, broad_sets.Gap):
-        tokens = fim_tokens(engine.tokenizer)
-        if tokens is None:
-            raise SystemExit("the target has no fill-in-the-middle tokens")
-        return encode_fim(engine.tokenizer, tokens, case.prefix, case.suffix)
-    return engine.encode(case.text, raw=not case.chat)
 
 
 def ours(engine: Engine, ids: list[int], tokens: int, repeats: int, first: int) -> dict:
@@ -118,8 +99,8 @@ def measure(args: argparse.Namespace, engine: Engine, server: Server | None) -> 
     """Every case of every workload, ours and llama-server's, in the workloads' order."""
     cases = []
     for workload in args.workloads.split(","):
-        for case in SETS[workload](args.per_workload, args.seed):
-            ids = prompt_ids(engine, case)
+        for case in broad_sets.SETS[workload](args.per_workload, args.seed):
+            ids = broad_sets.prompt_ids(engine, case)
             record = {"workload": workload, "case": case.source_id, "prompt_tokens": len(ids)}
             record |= ours(engine, ids, args.tokens, args.repeats, first=len(cases))
             if server is not None:

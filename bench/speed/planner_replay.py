@@ -13,6 +13,10 @@ not depend on the planner, so the replay is what the server would do.
 
     python bench/speed/planner_replay.py collect --seed 1 --out /tmp/answers_seed1.json
     python bench/speed/planner_replay.py replay /tmp/answers_seed1.json
+
+``collect-broad`` collects the broad evaluation's cases instead (``bench/speed/broad.py``: each
+prompt new to the engine, so each is replayed with a history of its own): tune the planner there
+on seeds 0 and 1, and report ``broad.py`` on another seed.
 """
 
 from __future__ import annotations
@@ -84,9 +88,40 @@ def collect(args: argparse.Namespace) -> None:
                 "answer": list(done.tokens),
             }
         )
-    costs = engine.costs
-    payload = {"curve": {"sizes": costs.sizes, "seconds": costs.seconds}, "turns": turns}
-    Path(args.out).write_text(json.dumps(payload))
+    write_answers(engine, turns, args.out, shared_history=True)
+
+
+def collect_broad(args: argparse.Namespace) -> None:
+    """The broad evaluation's cases (``bench/speed/broad.py``'s, ``--per-workload`` of each
+    workload, ``--seed``), each a prompt new to the engine, answered target-only and greedy."""
+    from bench.lib.broad_sets import SETS, prompt_ids
+    from spec_decode.core.sampling import SamplingParams
+    from spec_decode.serving.config import EngineConfig
+    from spec_decode.serving.engine import Engine
+
+    engine = Engine.load(EngineConfig(threads=args.threads))
+    options = RequestOptions(sampling=SamplingParams(temperature=0), target_only=True)
+    turns = []
+    for workload, cases in SETS.items():
+        for case in cases(args.per_workload, args.seed):
+            ids = prompt_ids(engine, case)
+            engine.forget()
+            done = engine.generate(engine.prepare(ids, options, max_tokens=args.tokens))
+            turns.append(
+                {"set": workload, "case": case.source_id, "turn": 0, "prompt": ids,
+                 "answer": list(done.tokens)}
+            )  # fmt: skip
+            print(workload, case.source_id, len(ids), len(done.tokens), flush=True)
+    write_answers(engine, turns, args.out, shared_history=False)
+
+
+def write_answers(engine: object, turns: list[dict], out: str, shared_history: bool) -> None:
+    """The answers with the engine's calibrated curve, and whether the turns are replayed
+    with one suffix history (a server's sessions) or each alone (the broad cases)."""
+    costs = engine.costs  # type: ignore[attr-defined]
+    curve = {"sizes": costs.sizes, "seconds": costs.seconds}
+    payload = {"curve": curve, "shared_history": shared_history, "turns": turns}
+    Path(out).write_text(json.dumps(payload))
 
 
 def copy_candidates(context: list[int], proposals: list[list[int]], depth: int) -> list[list[int]]:
@@ -142,9 +177,12 @@ def replay(args: argparse.Namespace) -> None:
     data = json.loads(Path(args.answers).read_text())
     costs = CostCurve(tuple(data["curve"]["sizes"]), tuple(data["curve"]["seconds"]))
     k_max = min(args.k_max, costs.sizes[-1] - 1)
+    shared = data.get("shared_history", True)
     history = SuffixHistory()
     rows = []
     for turn in data["turns"]:
+        if not shared:
+            history = SuffixHistory()
         planner = auto_planner(costs, args.vocab, k_max=k_max, history=history)
         drafters = planner.drafters
         trace = replay_greedy(planner, turn["prompt"], turn["answer"], k_max)
@@ -212,6 +250,12 @@ def main() -> None:
     c.add_argument("--threads", type=int, default=2)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--out", required=True)
+    b = commands.add_parser("collect-broad")
+    b.add_argument("--per-workload", type=int, default=10)
+    b.add_argument("--tokens", type=int, default=128)
+    b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--out", required=True)
     r = commands.add_parser("replay")
     r.add_argument("answers")
     r.add_argument("--k-max", type=int, default=63)
@@ -220,7 +264,7 @@ def main() -> None:
     r.add_argument("--stem", help="write bench/results/STEM.json")
     r.add_argument("--tree", action="store_true", help="also the hindsight bound with trees")
     args = parser.parse_args()
-    (collect if args.command == "collect" else replay)(args)
+    {"collect": collect, "collect-broad": collect_broad, "replay": replay}[args.command](args)
 
 
 if __name__ == "__main__":
