@@ -3,8 +3,6 @@ them, not a test file)."""
 
 from __future__ import annotations
 
-import math
-
 from spec_decode import Trace
 from spec_decode.core.models import Model
 from spec_decode.core.protocols import Drafter
@@ -24,10 +22,6 @@ FRESH = [0, 1, 2, 3, 4, 5]  # nothing recurs
 
 
 def planner(costs: CostCurve, draft: Model | None = None, **options) -> AutoPlanner:
-    """Lookup and suffix (and ``draft``'s model) on ``costs``, with no risk budget unless
-    ``options`` give one: these tests judge the estimates and choices, ``test_risk_budget`` the
-    budget."""
-    options.setdefault("risk", math.inf)
     drafters: dict[str, Drafter] = {
         "lookup": PromptLookupDrafter(8, max_ngram=2),
         "suffix": SuffixDrafter(8, max_match=3, min_probability=0.0),

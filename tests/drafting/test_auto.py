@@ -4,7 +4,6 @@ variant (a deterministic drafter reporting a model's q) that must FAIL."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -208,9 +207,7 @@ def toy_auto(vocab: int, costs: CostCurve, sampling: SamplingParams) -> tuple[Mo
         "suffix": SuffixDrafter(vocab, max_match=3, min_probability=0.3),
         "draft": ModelDrafter(draft, sampling),
     }
-    # a budget that binds on these short answers and still lets every option be chosen
     options = {"k_max": 3, "prior_alpha": 0.6, "prior_weight": 1.0, "memory": 3, "margin": 0.0}
-    options["risk"] = 0.2
     return target, AutoPlanner(costs, drafters, "draft", **options)
 
 
@@ -312,7 +309,7 @@ def test_a_long_match_is_judged_on_its_own_record():
     """Short matches that kept missing do not hold back a copy resumed on a long match: the
     long-match lookup proposes only after LONG_MATCH tokens match, and its estimate reads its
     own proposals only."""
-    auto = replace(auto_planner(CPU, 64, k_max=16), risk=math.inf)  # the estimate, not the budget
+    auto = auto_planner(CPU, 64, k_max=16)
     text, change = list(range(20, 40)), [60, 61, 62]
     context = [*text, *change, *text[:LONG_MATCH]]  # rejoins the text after a change
     copy = [*text[LONG_MATCH:], *change, text[0]]  # what followed the match, 16 tokens

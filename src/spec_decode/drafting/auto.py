@@ -20,14 +20,6 @@ while one of them reads its prompt. Where a draft token costs a large fraction o
 and a 2-token pass far more than a 1-token one (a CPU), no acceptance rate makes the draft model
 pay, and it is never chosen (:func:`draft_model_can_pay`).
 
-No bet may cost the answer more than a fraction of its time (:data:`RISK`). A block whose drafts
-all fail still emits one token, so it loses at most its cost less one pass; it is offered only
-while that loss fits in what drafting has saved this answer so far plus ``risk`` times the
-answer's target-only time so far (its prompt read in one call, then a pass a token, on the
-curve). However the estimates err, an answer is then never more than ``risk`` slower than
-target-only decoding on the curve; a first block is short, and blocks grow with what earlier
-ones earned (a copy of re-emitted code ramps up in a few steps).
-
 Acceptance is estimated over recent steps, with a Beta prior. For the draft model it
 is one rate, from the drafts it actually had verified
 (:func:`~spec_decode.drafting.policies.estimated_alpha`). A deterministic drafter needs no trial
@@ -64,8 +56,6 @@ from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
 
 #: How much better than a plain pass an option's expected rate must be to be chosen.
 MARGIN = 0.1
-#: The most drafting may cost an answer, as a fraction of its target-only time so far.
-RISK = 0.03
 #: The match length from which prompt lookup's proposals are judged apart from shorter matches'.
 LONG_MATCH = 8
 #: The prior mean of a long match's rate: eight tokens copied right just before a proposal are
@@ -106,11 +96,7 @@ class AutoPlanner:
     margin
         Draft only when the best option's expected rate beats a plain pass by this fraction:
         estimates from a few recent steps are noisy, and a CPU's curve leaves drafting little
-        room to gain.
-    risk
-        Offer a block only if, all its drafts failing, the answer would still be at most this
-        fraction slower than target-only decoding so far, on the curve (see the module
-        docstring).
+        little room to gain.
     share
         Posts this request's offer for the next call and returns every running request's
         (:class:`~spec_decode.drafting.shared_call.SharedCall`), asked before every step but the
@@ -130,7 +116,6 @@ class AutoPlanner:
     copy_memory: int = 64
     caution: float = 1.0
     margin: float = MARGIN
-    risk: float = RISK
     share: Callable[[Offer], SharedCall] | None = None
 
     def __post_init__(self) -> None:
@@ -144,14 +129,10 @@ class AutoPlanner:
                 raise ValueError(f"the model drafter {self.model!r} is not among the drafters")
             if self.costs.draft_seconds is None:
                 raise ValueError("a draft model needs costs.draft_seconds")
-        if (
-            self.k_max < 0
-            or min(self.memory, self.copy_memory) < 1
-            or min(self.margin, self.risk) < 0
-        ):
+        if self.k_max < 0 or min(self.memory, self.copy_memory) < 1 or self.margin < 0:
             raise ValueError(
-                f"need k_max >= 0, memory and copy_memory >= 1, margin and risk >= 0, got "
-                f"{self.k_max}, {self.memory}, {self.copy_memory}, {self.margin}, {self.risk}"
+                f"need k_max >= 0, memory and copy_memory >= 1 and margin >= 0, got "
+                f"{self.k_max}, {self.memory}, {self.copy_memory}, {self.margin}"
             )
         if not 0 <= self.prior_alpha <= 1 or not self.prior_weight > 0:
             raise ValueError(
@@ -206,9 +187,7 @@ class AutoPlanner:
         plain pass, worth ``1 + margin`` tokens so that drafting must beat it by the margin,
         every prefix of every deterministic proposal, and the draft model's k = 1..``cap``,
         whose drafting includes reading what of ``context`` it has not read yet
-        (:meth:`_reading_seconds`); no block whose loss, every draft failing, exceeds what
-        :meth:`_affordable` allows."""
-        affordable = self._affordable(len(context) - len(trace.tokens), trace)
+        (:meth:`_reading_seconds`)."""
         options = [Option(1, 1.0 + self.margin)]
         for name, proposal in proposals.items():
             survival = copy_survival(
@@ -236,27 +215,10 @@ class AutoPlanner:
                 options.append(Option(k + 1, expected, reading + k * draft, self.model))
         best: dict[int, Option] = {}
         for option in options:  # the first of equally good options stays
-            if option.rows > 1 and self._seconds(option) > affordable:
-                continue
             kept = best.get(option.rows)
             if kept is None or option.rate(self.costs.target) > kept.rate(self.costs.target):
                 best[option.rows] = option
         return tuple(best[rows] for rows in sorted(best))
-
-    def _seconds(self, option: Option) -> float:
-        """What ``option`` costs: its pass and its drafting."""
-        return self.costs.target(option.rows) + option.draft_seconds
-
-    def _affordable(self, prompt: int, trace: Trace) -> float:
-        """The most seconds the next step may cost: a step whose drafts all fail still emits a
-        token, so it loses its cost less a one-token pass, which must fit in what drafting saved
-        this answer so far (tokens emitted less the passes and draft calls spent, as one-token
-        passes) plus ``risk`` times its target-only time so far (the ``prompt`` tokens read in
-        one call, then a pass a token). A plain pass is always affordable."""
-        spent = self.costs.passes(trace.drafted_lengths, trace.draft_call_counts)
-        emitted = len(trace.tokens)
-        budget = emitted - spent + self.risk * (emitted + self.costs.relative(max(1, prompt)))
-        return (1.0 + budget) * self.costs.target(1)
 
     def _reading_seconds(self, tokens: int) -> float:
         """Seconds the draft model takes to read ``tokens`` tokens (a prompt it has not seen, the

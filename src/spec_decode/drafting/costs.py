@@ -83,9 +83,3 @@ class CostCurve:
     def relative(self, n_tokens: int) -> float:
         """A pass over ``n_tokens`` tokens in units of a one-token pass."""
         return self.target(n_tokens) / self.target(1)
-
-    def passes(self, drafted: Sequence[int], draft_calls: Sequence[int] = ()) -> float:
-        """Steps that verified ``drafted[i]`` tokens each (after ``draft_calls[i]`` draft-model
-        calls, when given), in one-token passes: their target passes and draft calls."""
-        draft = (self.draft_seconds or 0.0) * sum(draft_calls) / self.target(1)
-        return sum(self.relative(k + 1) for k in drafted) + draft

@@ -53,7 +53,7 @@ def replay_greedy(
 def passes_cost(trace: Trace, costs: CostCurve) -> float:
     """The trace's target passes in one-token passes on ``costs``: the sum over steps of
     cost(drafted + 1) / cost(1) (draft-model calls are not counted: replays draft by copying)."""
-    return costs.passes(trace.drafted_lengths)
+    return sum(costs.relative(drafted + 1) for drafted in trace.drafted_lengths)
 
 
 def oracle_cost(n_tokens: int, costs: CostCurve, longest: int) -> float:
