@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib.results import RESULTS
+from bench.lib.summaries import quantiles
 from spec_decode.core.checks import leading_matches
 from spec_decode.drafting.auto import auto_planner
 from spec_decode.drafting.costs import CostCurve
@@ -173,6 +174,18 @@ def tree_hindsight_cost(
     return best[0]
 
 
+#: What a replayed case's cost is compared for: the planner's, and its two bounds.
+WHATS = ("ours", "hindsight", "oracle")
+
+
+def speedups(rows: list[dict], what: str) -> list[float]:
+    """Each case's speedup over target-only decoding on the curve, for ``what``'s cost: its
+    tokens and prompt reading over ``what``'s passes and the same prompt reading."""
+    return [
+        (row["tokens"] + row["prompt_passes"]) / (row[what] + row["prompt_passes"]) for row in rows
+    ]
+
+
 def replay(args: argparse.Namespace) -> None:
     data = json.loads(Path(args.answers).read_text())
     costs = CostCurve(tuple(data["curve"]["sizes"]), tuple(data["curve"]["seconds"]))
@@ -193,6 +206,9 @@ def replay(args: argparse.Namespace) -> None:
             else hindsight
         )
         history.add(turn["prompt"] + turn["answer"])
+        # a broad case's prompt is read from an empty cache, as broad.py times it; a session's
+        # is mostly cached: its speedups leave the prompt out
+        prompt = 0.0 if shared else costs.relative(len(turn["prompt"]))
         blocks = [d for d in trace.drafted_lengths if d]
         rows.append(
             {
@@ -207,6 +223,7 @@ def replay(args: argparse.Namespace) -> None:
                 "hindsight": hindsight,
                 "tree_hindsight": tree,
                 "oracle": oracle_cost(len(turn["answer"]), costs, k_max + 1),
+                "prompt_passes": prompt,
             }
         )
         if args.verbose:
@@ -227,11 +244,16 @@ def replay(args: argparse.Namespace) -> None:
             for what in ("ours", "hindsight", "tree_hindsight", "oracle")
         } | {"turns": len(mine), "plain_passes": sum(row["plain_passes"] for row in mine)}
         figures = summary[name]
+        figures["speedups"] = {what: quantiles(speedups(mine, what)) for what in WHATS}
         print(
             f"{name:10s} {len(mine)} turns: {figures['ours']:.3f} tokens a one-token pass "
             f"(hindsight {figures['hindsight']:.3f}, with trees {figures['tree_hindsight']:.3f}, "
             f"oracle {figures['oracle']:.3f}), "
-            f"{figures['plain_passes']} plain passes"
+            f"{figures['plain_passes']} plain passes; per case, min/p10/median: "
+            + ", ".join(
+                f"{what} " + "/".join(f"{v:.2f}" for v in figures["speedups"][what].values())
+                for what in WHATS
+            )
         )
     if args.stem:
         payload = {"answers": args.answers, "k_max": k_max, "summary": summary, "turns": rows}
