@@ -202,6 +202,14 @@ CASES = {
     "n of 0": ("chat", {**CHAT, "n": 0}, 400, "n", None),
     "a seed with a fraction": ("text", {**TEXT, "seed": 1.5}, 400, "seed", STRICT),
     "stream 1": ("chat", {**CHAT, "stream": 1}, 400, "stream", STRICT),
+    "ignore_eos as a string": ("text", {**TEXT, "ignore_eos": "yes"}, 400, "ignore_eos", STRICT),
+    "ignore_eos beside a response format": (
+        "chat",
+        {**CHAT, "ignore_eos": True, "response_format": {"type": "json_object"}},
+        400,
+        "ignore_eos",
+        None,
+    ),
     "logprobs as a string": ("chat", {**CHAT, "logprobs": "true"}, 400, "logprobs", STRICT),
     "logprobs true in a text completion": (
         "text",

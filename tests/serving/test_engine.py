@@ -9,9 +9,12 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import EOS
 
+from spec_decode.constraints.formats import output_grammar
 from spec_decode.core.errors import BadPrompt, BadRequest, ContextTooLong
 from spec_decode.core.generate import generate_autoregressive
+from spec_decode.core.processors import LogitBias
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.engine import Engine
@@ -128,6 +131,29 @@ def test_stop_strings_cut_the_text_and_end_the_generation(engine):
     assert done.finish_reason == "stop"
     assert done.text == full.text[: full.text.index(stop)] == "".join(pieces)
     assert done.tokens == full.tokens[: len(done.tokens)] and len(done.tokens) < 30
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, WARM], ids=["greedy", "T=0.8"])
+def test_ignore_eos_decodes_past_the_end_exactly(engine, sampling):
+    prompt = engine.encode("xyz", raw=True)
+    ending = LogitBias({EOS: 8.0})  # the tiny model never ends by itself: make it likely
+    options = {"sampling": sampling, "seed": 3, "logit_bias": ending}
+    ended = run(engine, prompt, 30, **options)
+    assert ended.finish_reason == "stop" and ended.tokens[-1] == EOS and len(ended.tokens) < 30
+    request = engine.prepare(prompt, RequestOptions(**options, ignore_eos=True), max_tokens=30)
+    past = engine.generate(request)
+    plain = engine.generate(request.target_only())
+    assert past.finish_reason == "length" and len(past.tokens) == 30
+    assert past.tokens[: len(ended.tokens)] == ended.tokens  # the same answer, and more of it
+    assert past.tokens == plain.tokens  # speculation stays exact past the end
+    assert past.trace.proposed > 0
+
+
+def test_ignore_eos_is_refused_beside_a_grammar():
+    grammar = output_grammar(answer={"type": "object"})
+    with pytest.raises(BadRequest, match="ignore_eos") as refused:
+        RequestOptions(grammar=grammar, ignore_eos=True)
+    assert refused.value.param == "ignore_eos"
 
 
 def test_cancellation_stops_within_a_step_and_leaves_no_trace(engine, cold):

@@ -19,6 +19,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("sse_starlette")
 pytest.importorskip("prometheus_client")
 
+from conftest import EOS  # noqa: E402
 from servers import MODEL, Server  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -101,6 +102,16 @@ def test_completions_streamed_and_whole_with_stop(server):
     assert (
         cut.choices[0].finish_reason == "stop" and cut.choices[0].text == text[: text.index(stop)]
     )
+
+
+def test_ignore_eos_writes_to_the_token_limit(server):
+    client = server.client()
+    ending = {"logit_bias": {str(EOS): 8}}  # the tiny model ends only when pushed to
+    ask = {"model": MODEL, "prompt": "xyz", "max_tokens": 30, "temperature": 0}
+    ended = client.completions.create(**ask, extra_body=ending).choices[0]
+    past = client.completions.create(**ask, extra_body={**ending, "ignore_eos": True}).choices[0]
+    assert ended.finish_reason == "stop" and past.finish_reason == "length"
+    assert past.text.startswith(ended.text)
 
 
 def test_greedy_output_equals_generate_no_draft(server, tiny_pair):

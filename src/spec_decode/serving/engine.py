@@ -244,7 +244,8 @@ class Engine:
     ) -> Completion:
         """Run ``request`` (:meth:`prepare` makes one; it is checked again here).
 
-        Ends after an end-of-generation token or once a stop string appears in the text
+        Ends after an end-of-generation token (unless the request ignores them) or once a stop
+        string appears in the text
         (``finish_reason`` "stop"), after ``request.max_tokens`` ("length"), or before the first
         step after ``cancel`` returned True or was set ("cancelled"). ``on_step`` is called after
         every step with its :class:`~spec_decode.serving.completion.Piece`: its tokens, the text
@@ -254,6 +255,7 @@ class Engine:
         """
         self.validate(request)
         ids, options = list(request.prompt), request.options
+        stop_ids = () if options.ignore_eos else self.target.stop_ids
         text = IncrementalText(self.tokenizer, options.stop)
         choice = self.config.rule_for(options)
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
@@ -290,9 +292,9 @@ class Engine:
                     request.max_tokens,
                     choice.source(options.seed),
                     on_tokens=on_tokens,
-                    stop_tokens=self.target.stop_ids,
+                    stop_tokens=stop_ids,
                 )
-                ended = trace.tokens and trace.tokens[-1] in self.target.stop_ids
+                ended = trace.tokens and trace.tokens[-1] in stop_ids
                 reason = "stop" if ended or text.stopped else "length"
             except Halt as halt:
                 trace, reason = halt.trace, halt.reason

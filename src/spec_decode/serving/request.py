@@ -32,7 +32,10 @@ class RequestOptions:
     without drafting; ``logprobs`` None reports none, n >= 0 each token's log-probability with
     the n most likely alternatives (:mod:`~spec_decode.serving.logprobs`). ``penalties``,
     ``logit_bias`` and ``grammar`` reweight or mask every row the target gives, along the
-    drafted path too (:mod:`spec_decode.core.processors`).
+    drafted path too (:mod:`spec_decode.core.processors`). ``ignore_eos`` decodes on past
+    end-of-generation tokens, to the token limit or a stop string (llama-server's and vLLM's
+    field: every engine then writes the same number of tokens, which throughput comparisons
+    need); it cannot go with a grammar, whose end is the answer's.
     """
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -44,12 +47,19 @@ class RequestOptions:
     penalties: Penalties = field(default_factory=Penalties)
     logit_bias: LogitBias | None = None
     grammar: Grammar | None = None
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if any(not isinstance(s, str) or not s for s in stop):
             raise BadRequest("stop strings must be non-empty strings", "stop")
         object.__setattr__(self, "stop", stop)
+        if self.ignore_eos and self.grammar is not None:
+            raise BadRequest(
+                "ignore_eos cannot go with a response format or tool calls: their grammar ends "
+                "the answer",
+                "ignore_eos",
+            )
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
             raise BadRequest(
                 f"top log-probabilities must lie in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}",

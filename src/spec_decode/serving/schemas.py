@@ -5,7 +5,8 @@ Fields follow the OpenAI API (``temperature``, ``top_p``, ``max_tokens`` or
 ``max_completion_tokens``, ``stop``, ``seed``, ``n``, ``stream``, the penalties and
 ``logit_bias``; for chat ``tools``, ``tool_choice``, ``parallel_tool_calls``, ``response_format``
 and ``logprobs``), plus ``top_k`` and ``min_p`` as llama-server and vLLM accept them (0 or -1 for
-``top_k`` means off), vLLM's ``return_token_ids`` and this server's ``rule``. No field a client
+``top_k`` means off) and ``ignore_eos`` as both take it, vLLM's ``return_token_ids`` and this
+server's ``rule``. No field a client
 sends is dropped without a word (:func:`check_fields`, with the tables of
 :mod:`~spec_decode.serving.fields`): a field that cannot change the answer is accepted and not
 used; one of the API this server does not implement yet is accepted only at the value that means
@@ -108,6 +109,8 @@ class SamplingFields(BaseModel):
     presence_penalty: FiniteFloat = 0.0
     #: Token id (as a string, JSON keys being strings) -> the bias added to its logit.
     logit_bias: dict[str, FiniteFloat] | None = None
+    #: Decode past end-of-generation tokens (non-standard, as llama-server and vLLM take it).
+    ignore_eos: bool = False
 
     @field_validator("temperature", "top_p", "min_p")
     @classmethod
@@ -159,6 +162,7 @@ class SamplingFields(BaseModel):
         return RequestOptions(
             self.sampling(), self.seed, tuple(self.stop_strings()), self.rule, False,
             self.requested_logprobs(), penalties, bias or None, self.output_grammar(),
+            self.ignore_eos,
         )  # fmt: skip
 
     def sampling(self) -> SamplingParams:
