@@ -144,7 +144,9 @@ def markdown(results: dict) -> str:
         f"{setup['slots']} x {setup['ctx']}, prompt cache on; ours `--parallel "
         f"{setup['slots']}`), prompt seed {setup['seed']}. Requests: {counts} "
         f"({setup['requests']} in all, every other one greedy, the rest T = "
-        f"{setup['temperature']} with a seed each), at most {setup['tokens']} new tokens, "
+        f"{setup['temperature']} with a seed each), "
+        f"{'exactly' if setup.get('ignore_eos') else 'at most'} {setup['tokens']} new tokens"
+        f"{' (ignore_eos)' if setup.get('ignore_eos') else ''}, "
         "streamed through the official `openai` client; at every client count the same "
         "requests, taken from one queue by the clients (each sends its next when its last "
         "answer ended), on a fresh server per variant and client count.",

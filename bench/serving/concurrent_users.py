@@ -71,10 +71,13 @@ DROPPED = ("server_timings",)
 
 def variants(args: argparse.Namespace) -> list[Variant]:
     """llama-server target-only and ngram-simple, and ours, each with ``--slots`` slots."""
+    fields = {"ignore_eos": True} if args.ignore_eos else {}
     chosen = [
-        Variant(BASELINE, "llama-server"),  # -np: see Servers.fresh
-        Variant(NGRAM, "llama-server", ("--spec-type", "ngram-simple")),
-        Variant(OURS, "ours", ("--parallel", str(args.slots), *shlex.split(args.ours_args))),
+        Variant(BASELINE, "llama-server", request=fields),  # -np: see Servers.fresh
+        Variant(NGRAM, "llama-server", ("--spec-type", "ngram-simple"), fields),
+        Variant(
+            OURS, "ours", ("--parallel", str(args.slots), *shlex.split(args.ours_args)), fields
+        ),
     ]
     if args.variants:
         wanted = [name.strip() for name in args.variants.split(";")]
@@ -98,6 +101,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--mtbench", type=int, default=3, help="MT-bench first turns")
     parser.add_argument("--humaneval", type=int, default=2, help="HumanEval completions")
     parser.add_argument("--tokens", type=int, default=64, help="max new tokens a request")
+    parser.add_argument(
+        "--ignore-eos", action="store_true", help="every answer to --tokens: equal work"
+    )
     parser.add_argument("--temperature", type=float, default=0.7, help="of the seeded requests")
     parser.add_argument("--probe-tokens", type=int, default=128, help="the long answers' tokens")
     parser.add_argument("--probe-delay", type=float, default=1.0)
@@ -248,6 +254,7 @@ def main() -> None:
             "ctx": args.ctx,
             "seed": args.seed,
             "tokens": args.tokens,
+            "ignore_eos": args.ignore_eos,
             "temperature": args.temperature,
             "clients": args.clients,
             "repeats": args.repeats,
