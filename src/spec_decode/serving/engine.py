@@ -245,12 +245,12 @@ class Engine:
         """Run ``request`` (:meth:`prepare` makes one; it is checked again here).
 
         Ends after an end-of-generation token (unless the request ignores them) or once a stop
-        string appears in the text
-        (``finish_reason`` "stop"), after ``request.max_tokens`` ("length"), or before the first
-        step after ``cancel`` returned True or was set ("cancelled"). ``on_step`` is called after
-        every step with its :class:`~spec_decode.serving.completion.Piece`: its tokens, the text
-        they made final (the last piece comes with no tokens) and, when the request asks for
-        them, their log-probabilities, read from the rows the step decided on
+        string appears in the text (``finish_reason`` "stop"), after ``request.max_tokens``
+        ("length"), or before the first step after ``cancel`` returned True or was set
+        ("cancelled"). ``on_step`` is called after every step with its
+        :class:`~spec_decode.serving.completion.Piece`: its tokens, the text they made final (the
+        last piece comes with no tokens) and, when the request asks for them, their
+        log-probabilities, read from the rows the step decided on
         (:class:`~spec_decode.serving.logprobs.RowRecorder`).
         """
         self.validate(request)
