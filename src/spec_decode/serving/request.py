@@ -56,8 +56,8 @@ class RequestOptions:
         object.__setattr__(self, "stop", stop)
         if self.ignore_eos and self.grammar is not None:
             raise BadRequest(
-                "ignore_eos cannot go with a response format or tool calls: their grammar ends "
-                "the answer",
+                "ignore_eos cannot go with a response format or required tool calls: their "
+                "grammar ends the answer",
                 "ignore_eos",
             )
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
