@@ -18,6 +18,7 @@ pytest.importorskip("prometheus_client")
 
 from bad_requests import CALL, CASES, CHAT, LIMIT, MODEL, TEXT, TOO_DEEP, TOOL, USER  # noqa: E402
 
+from spec_decode.core.errors import BadRequest  # noqa: E402
 from spec_decode.serving.config import EngineConfig  # noqa: E402
 from spec_decode.serving.engine import Engine  # noqa: E402
 from spec_decode.serving.fields import (  # noqa: E402
@@ -140,6 +141,15 @@ def test_an_assistant_message_that_made_calls_needs_no_content():
     ]
     request = parse(ChatRequest, {**CHAT, "messages": messages, "tools": [TOOL]})
     assert [m.content for m in request.messages] == ["hi", None, None, "ok"]
+
+
+def test_ignore_eos_goes_with_tools_the_model_may_call():
+    """Under tool_choice auto the output stays free text, with no grammar to end it; a required
+    call has one, and is refused beside ignore_eos (the refusal table)."""
+    body = {**CHAT, "tools": [TOOL], "ignore_eos": True}
+    assert parse(ChatRequest, body).options().ignore_eos
+    with pytest.raises(BadRequest, match="ignore_eos"):
+        parse(ChatRequest, {**body, "tool_choice": "required"}).options()
 
 
 #: Fields that change nothing, or are sent at the value that means "off": served as without them.
