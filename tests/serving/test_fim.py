@@ -273,6 +273,15 @@ def test_continues_request_as_it_sends_it(servers):
     assert events(streamed)[-1]["choices"][0]["finish_reason"] in ("stop", "length")
 
 
+def test_an_answer_that_ends_on_its_token_says_eos_unless_it_ignores_it(servers):
+    app = servers["model"][1]
+    ending = LLAMA_VSCODE | {"temperature": 0, "logit_bias": {str(EOS): 30}}  # ends at once
+    answer = post(app, "/infill", ending).json()
+    assert answer["stop_type"] == "eos" and answer["tokens_predicted"] < N
+    past = post(app, "/infill", ending | {"ignore_eos": True}).json()
+    assert past["stop_type"] == "limit" and past["tokens_predicted"] == N
+
+
 def test_n_predict_0_reads_and_writes_nothing(servers):
     app = servers["model"][1]
     # llama.vscode's preparation request, which warms llama-server's cache

@@ -39,7 +39,8 @@ class Completion:
     ``cached_tokens`` how many prompt tokens were reused from the previous request's KV cache;
     ``seconds`` the generation's wall time, ``first_step_seconds`` that of its first step (the
     prompt read plus one target pass; 0 when none ran); ``logprobs`` one entry per token when
-    the request asked for them.
+    the request asked for them; ``end_token`` whether an end-of-generation token ended it (a
+    request that ignores them never ends on one).
     """
 
     tokens: list[int]
@@ -51,6 +52,7 @@ class Completion:
     seconds: float
     first_step_seconds: float = 0.0
     logprobs: list[TokenLogprob] | None = None
+    end_token: bool = False
 
     def figures(self) -> dict[str, object]:
         """Every reported figure of this generation, for JSON output."""

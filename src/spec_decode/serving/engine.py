@@ -294,10 +294,10 @@ class Engine:
                     on_tokens=on_tokens,
                     stop_tokens=stop_ids,
                 )
-                ended = trace.tokens and trace.tokens[-1] in stop_ids
+                ended = bool(trace.tokens) and trace.tokens[-1] in stop_ids
                 reason = "stop" if ended or text.stopped else "length"
             except Halt as halt:
-                trace, reason = halt.trace, halt.reason
+                trace, reason, ended = halt.trace, halt.reason, False
             seconds = time.perf_counter() - start
             last = text.finish()
             if on_step is not None and last:
@@ -307,7 +307,7 @@ class Engine:
         first = first_step[0] if first_step else 0.0
         return Completion(
             trace.tokens, text.text, reason, len(ids), cached, trace, seconds, first,
-            logprobs if recorder is not None else None,
+            logprobs if recorder is not None else None, ended,
         )  # fmt: skip
 
     def _member(self) -> contextlib.AbstractContextManager[None]:

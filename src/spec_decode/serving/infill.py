@@ -124,8 +124,7 @@ async def infill(request: Request, state: Authorized) -> Response:
     if body.model is not None:
         check_model(state, body.model)
     ids, cut = await infill_ids(state, body)
-    stop_ids = state.engine.target.stop_ids
-    reply = InfillReply(state.settings.model_name, body, len(ids), cut, stop_ids)
+    reply = InfillReply(state.settings.model_name, body, len(ids), cut)
     if body.n_predict == 0:  # llama-server reads the prompt (its cache warms) and writes nothing
         await read_prompt(state, ids, request.url.path)
         return answer(body.stream, reply.nothing())

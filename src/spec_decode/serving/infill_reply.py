@@ -110,14 +110,12 @@ def indent_end(text: str, n_indent: int, start: int = 0) -> int | None:
 @dataclass(frozen=True)
 class InfillReply:
     """How one ``/infill`` request is answered: the served ``model`` name, the request's
-    ``body``, its prompt's length, whether a part of the prompt was ``cut``, and the tokens
-    that end a generation (``stop_type`` ``eos``)."""
+    ``body``, its prompt's length and whether a part of the prompt was ``cut``."""
 
     model: str
     body: Any  # an InfillRequest
     prompt_tokens: int
     cut: bool
-    stop_ids: frozenset[int]
 
     def chunk(self, text: str, tokens: list[int], predicted: int) -> dict[str, Any]:
         """One streamed step."""
@@ -134,8 +132,7 @@ class InfillReply:
         tokens = completion.tokens[: limits.kept]  # all when not cut
         kind = "limit"
         if completion.finish_reason == "stop" and not limits.cut:
-            ended = completion.tokens and completion.tokens[-1] in self.stop_ids
-            kind = "eos" if ended else "word"
+            kind = "eos" if completion.end_token else "word"
         first_s = completion.first_step_seconds
         speeds = _timings(
             completion.prompt_tokens - completion.cached_tokens, first_s,
