@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import pairwise
 
 import numpy as np
@@ -126,6 +127,17 @@ def joint_plan(
     return max(call.ascent([0] * len(offers)), call.ascent(solo), key=lambda r: r[0])[1]
 
 
+@cache
+def _runs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every run of consecutive sequences among ``n``, shortest first, as :meth:`_Call._seconds`
+    reads them: each run's length, and its neighbours' columns in counts padded by an empty
+    sequence on each side. Made once per ``n``: every request plans before every step."""
+    runs = [(first, length) for length in range(1, n + 1) for first in range(n - length + 1)]
+    length = np.array([length for _, length in runs])
+    left = np.array([first for first, _ in runs])
+    return length, left, left + length + 1
+
+
 class _Call:
     """A call's offers as arrays, so that one offer's every option is valued in one numpy pass:
     every request solves the whole call before every step, trying each option of each offer in
@@ -144,13 +156,7 @@ class _Call:
         self.most = most if budget is None else min(most, budget)  # beyond: never chosen
         self.price = np.array([0.0] + [costs.target(n) for n in range(1, self.most + 1)])
         self.budget = budget
-        # every run of consecutive sequences: its first, its length, and its neighbours' columns
-        # in the counts padded by an empty sequence on each side (see _seconds)
-        n = self.seqs[-1] + 1
-        runs = [(first, length) for length in range(1, n + 1) for first in range(n - length + 1)]
-        self.run_length = np.array([length for _, length in runs])
-        self.left = np.array([first for first, _ in runs])
-        self.right = np.array([first + length + 1 for first, length in runs])
+        self.run_length, self.left, self.right = _runs(self.seqs[-1] + 1)
 
     def values(self, i: int, picks: Sequence[int]) -> np.ndarray:
         """The joint objective for every option of offer ``i``, the others' ``picks`` kept:
