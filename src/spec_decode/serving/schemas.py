@@ -6,11 +6,11 @@ Fields follow the OpenAI API (``temperature``, ``top_p``, ``max_tokens`` or
 ``logit_bias``; for chat ``tools``, ``tool_choice``, ``parallel_tool_calls``, ``response_format``
 and ``logprobs``), plus ``top_k`` and ``min_p`` as llama-server and vLLM accept them (0 or -1 for
 ``top_k`` means off) and ``ignore_eos`` as both take it, vLLM's ``return_token_ids`` and this
-server's ``rule``. No field a client
-sends is dropped without a word (:func:`check_fields`, with the tables of
-:mod:`~spec_decode.serving.fields`): a field that cannot change the answer is accepted and not
-used; one of the API this server does not implement yet is accepted only at the value that means
-"off" and refused with a 400 naming it otherwise; any other field is a 400 naming it.
+server's ``rule``. No field a client sends is dropped without a word (:func:`check_fields`, with
+the tables of :mod:`~spec_decode.serving.fields`): a field that cannot change the answer is
+accepted and not used; one of the API this server does not implement yet is accepted only at the
+value that means "off" and refused with a 400 naming it otherwise; any other field is a 400
+naming it.
 
 Types are strict, as the OpenAI API checks them: a boolean is not a number (``max_tokens: true``
 is a 400), a string is not a number (``"16"``), a number with a fraction is not an integer; a
@@ -160,9 +160,9 @@ class SamplingFields(BaseModel):
         penalties = Penalties(self.frequency_penalty, self.presence_penalty)
         bias = self.logit_bias and LogitBias({int(k): v for k, v in self.logit_bias.items()})
         return RequestOptions(
-            self.sampling(), self.seed, tuple(self.stop_strings()), self.rule, False,
-            self.requested_logprobs(), penalties, bias or None, self.output_grammar(),
-            self.ignore_eos,
+            self.sampling(), self.seed, tuple(self.stop_strings()), self.rule,
+            logprobs=self.requested_logprobs(), penalties=penalties, logit_bias=bias or None,
+            grammar=self.output_grammar(), ignore_eos=self.ignore_eos,
         )  # fmt: skip
 
     def sampling(self) -> SamplingParams:
