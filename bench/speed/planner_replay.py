@@ -89,7 +89,7 @@ def collect(args: argparse.Namespace) -> None:
                 "answer": list(done.tokens),
             }
         )
-    write_answers(engine, turns, args.out, shared_history=True)
+    write_answers(engine.costs, turns, args.out, shared_history=True)
 
 
 def collect_broad(args: argparse.Namespace) -> None:
@@ -113,13 +113,12 @@ def collect_broad(args: argparse.Namespace) -> None:
                  "answer": list(done.tokens)}
             )  # fmt: skip
             print(workload, case.source_id, len(ids), len(done.tokens), flush=True)
-    write_answers(engine, turns, args.out, shared_history=False)
+    write_answers(engine.costs, turns, args.out, shared_history=False)
 
 
-def write_answers(engine: object, turns: list[dict], out: str, shared_history: bool) -> None:
+def write_answers(costs: CostCurve, turns: list[dict], out: str, shared_history: bool) -> None:
     """The answers with the engine's calibrated curve, and whether the turns are replayed
     with one suffix history (a server's sessions) or each alone (the broad cases)."""
-    costs = engine.costs  # type: ignore[attr-defined]
     curve = {"sizes": costs.sizes, "seconds": costs.seconds}
     payload = {"curve": curve, "shared_history": shared_history, "turns": turns}
     Path(out).write_text(json.dumps(payload))
