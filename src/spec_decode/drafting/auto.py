@@ -168,7 +168,7 @@ class AutoPlanner:
         }
         offer = self._offer(context, trace, proposals, cap)
         shared = self.share(offer) if self.share is not None else ALONE
-        if shared.reading_prompt:
+        if shared.reading_prompt or len(offer) == 1:  # nothing to draft: a plain pass
             return Plan("", 0, proposals)
         if shared.alone:
             best = offer[0]  # ties go to the option with fewer rows
