@@ -1,6 +1,6 @@
 """Concurrent serving: llama-server ``-np N`` (target-only and ``--spec-type ngram-simple``, prompt
-cache on) beside ``spec-decode serve --parallel N``, with 1, 2, 4 and 8 clients at once, each
-``--repeats`` times.
+cache on) beside ``spec-decode serve --parallel N`` (defaults, and ``--draft none``: what drafting
+adds), with 1, 2, 4 and 8 clients at once, each ``--repeats`` times.
 
 Requests (public prompt sets, sampled with ``--seed``; see ``bench/lib/concurrent_client.py``):
 HumanEval code edits (rename a function and return the code, or explain it; chat), MT-bench first
@@ -64,20 +64,21 @@ from bench.lib.servers import Server
 from spec_decode.backends import assembly, registry
 from spec_decode.certify.local_server import free_port
 
-OURS = "ours default"
+OURS, OURS_PLAIN = "ours default", "ours target-only"
 #: Record fields left out of the results (bulky, or repeated in the summary).
 DROPPED = ("server_timings",)
 
 
 def variants(args: argparse.Namespace) -> list[Variant]:
-    """llama-server target-only and ngram-simple, and ours, each with ``--slots`` slots."""
+    """llama-server target-only and ngram-simple, and ours with and without drafting (what
+    speculation adds on our own server), each with ``--slots`` slots."""
     fields = {"ignore_eos": True} if args.ignore_eos else {}
+    ours = ("--parallel", str(args.slots), *shlex.split(args.ours_args))
     chosen = [
         Variant(BASELINE, "llama-server", request=fields),  # -np: see Servers.fresh
         Variant(NGRAM, "llama-server", ("--spec-type", "ngram-simple"), fields),
-        Variant(
-            OURS, "ours", ("--parallel", str(args.slots), *shlex.split(args.ours_args)), fields
-        ),
+        Variant(OURS_PLAIN, "ours", (*ours, "--draft", "none"), fields),
+        Variant(OURS, "ours", ours, fields),
     ]
     if args.variants:
         wanted = [name.strip() for name in args.variants.split(";")]
