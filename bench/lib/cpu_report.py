@@ -60,7 +60,7 @@ def medians(results: dict) -> dict[str, dict[str, dict[str, float]]]:
         name, setting = case.split(" | ")
         category = results["prompts"][name]["category"]
         for variant, records in by_variant.items():
-            rates = [len(r["tokens"]) / r["seconds"] for r in records]
+            rates = [r["generated"] / r["seconds"] for r in records]
             table.setdefault(f"{category} | {setting}", {}).setdefault(variant, []).extend(rates)
     return {
         key: {variant: statistics.median(rates) for variant, rates in by_variant.items()}

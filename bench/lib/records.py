@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from spec_decode.core.trace import Trace
 
-#: One timed run's record: at least "tokens" and "seconds".
+#: One timed run's record: at least "generated" (how many tokens it generated) and "seconds";
+#: "tokens", the ids, where the engine reports them (servers and llama.cpp's tools give counts).
 RunRecord = dict[str, object]
 
 
@@ -14,6 +15,7 @@ def trace_record(trace: Trace, seconds: float) -> dict[str, object]:
     (acceptance None when nothing was drafted)."""
     return {
         "tokens": trace.tokens,
+        "generated": len(trace.tokens),
         "seconds": seconds,
         "target_passes": trace.target_passes,
         "draft_calls": trace.draft_calls,
@@ -29,6 +31,7 @@ def hf_record(
     read by hooks; acceptance is not reported by transformers)."""
     return {
         "tokens": tokens,
+        "generated": len(tokens),
         "seconds": seconds,
         "target_passes": passes,
         "draft_calls": draft_calls,

@@ -27,6 +27,6 @@ def interleaved(
             for name in names:
                 record = run(case, name, rep)
                 raw[case].setdefault(name, []).append(record)
-                rate = len(record["tokens"]) / record["seconds"]
+                rate = record["generated"] / record["seconds"]
                 print(f"rep {rep} {case} | {name}: {rate:.2f} tok/s", flush=True)
     return raw

@@ -153,7 +153,7 @@ def run_session(
     seconds = time.perf_counter() - start
     completion = sum(t["completion_tokens"] for t in turns)
     load = os.getloadavg()[0]
-    return {"tokens": [0] * completion, "seconds": seconds, "load_average": load, "turns": turns}
+    return {"generated": completion, "seconds": seconds, "load_average": load, "turns": turns}
 
 
 def template_check(server: Server, sessions: list[Session]) -> dict[str, bool]:

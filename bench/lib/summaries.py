@@ -22,7 +22,7 @@ def quantiles(values: list[float]) -> dict[str, float]:
 
 def summarize(runs: list[RunRecord]) -> dict[str, object]:
     """Medians over repetitions: tokens/s (all rates kept) and each counted figure present."""
-    rates = [len(r["tokens"]) / r["seconds"] for r in runs]
+    rates = [r["generated"] / r["seconds"] for r in runs]
     summary: dict[str, object] = {"tokens_per_second": statistics.median(rates), "all": rates}
     for key in ("target_passes", "draft_calls", "acceptance_rate", "tokens_per_pass"):
         values = [r[key] for r in runs if r.get(key) is not None]

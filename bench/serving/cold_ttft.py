@@ -140,7 +140,7 @@ def main() -> None:
         turn = run_turn(client, model, variants[server], cold(chosen[name], rep), tokens=2)
         if turn["ttft_s"] is None:
             raise RuntimeError(f"{server} returned no text for {name}")
-        return {"tokens": [0] * turn["completion_tokens"], **turn}
+        return {"generated": turn["completion_tokens"], **turn}
 
     try:
         for name, server in servers.items():
