@@ -74,9 +74,10 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     speculation adds on our own server), each with ``--slots`` slots."""
     fields = {"ignore_eos": True} if args.ignore_eos else {}
     ours = ("--parallel", str(args.slots), *shlex.split(args.ours_args))
+    theirs = tuple(shlex.split(args.llama_args))
     chosen = [
-        Variant(BASELINE, "llama-server", request=fields),  # -np: see Servers.fresh
-        Variant(NGRAM, "llama-server", ("--spec-type", "ngram-simple"), fields),
+        Variant(BASELINE, "llama-server", theirs, fields),  # -np: see Servers.fresh
+        Variant(NGRAM, "llama-server", (*theirs, "--spec-type", "ngram-simple"), fields),
         Variant(OURS_PLAIN, "ours", (*ours, "--draft", "none"), fields),
         Variant(OURS, "ours", ours, fields),
     ]
@@ -94,6 +95,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--llama-server", type=Path, help="the llama-server binary")
     parser.add_argument("--ours-command", default="spec-decode serve")
     parser.add_argument("--ours-args", default="", help="more arguments for our server")
+    parser.add_argument(
+        "--llama-args", default="", help="more arguments for llama-server (e.g. '-fa off')"
+    )
     parser.add_argument("--variants", help="semicolon-separated subset of the variants")
     parser.add_argument("--clients", default="1,2,4,8", help="client counts, comma-separated")
     parser.add_argument("--slots", type=int, default=4, help="-np / --parallel of every server")
