@@ -17,6 +17,7 @@ from spec_decode.backends.llamacpp.kernels import (
     probabilities,
 )
 from spec_decode.backends.llamacpp.promise import ExactRows, exact_rows
+from spec_decode.backends.llamacpp.tree_paths import path_sequences
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 DEFAULT_TREE_LEAVES = 64
@@ -240,7 +241,7 @@ class LlamaCppModel(PrefixCachedModel):
         if len(parents) != len(tokens):
             raise ValueError(f"{len(tokens)} tree tokens but {len(parents)} parents")
         start = time.perf_counter()
-        node_seqs, depths = _path_sequences(parents)
+        node_seqs, depths = path_sequences(parents)
         n_paths = max((max(s) for s in node_seqs), default=0)
         if n_paths > self.max_tree_leaves:
             raise ValueError(
@@ -308,25 +309,6 @@ class LlamaCppModel(PrefixCachedModel):
         if not np.isfinite(logits[np.arange(len(logits)), top]).all():
             raise ValueError("the target's logits contain NaN or infinite values")
         return top
-
-
-def _path_sequences(parents: Sequence[int]) -> tuple[list[tuple[int, ...]], list[int]]:
-    """For a breadth-first tree: each node's sequence ids (1 + the index of every leaf below it,
-    ascending) and its depth (1 for a child of the prefix)."""
-    depths: list[int] = []
-    for i, parent in enumerate(parents):
-        if not -1 <= parent < i:
-            raise ValueError(f"node {i}'s parent {parent} is not an earlier node or -1")
-        depths.append(1 if parent < 0 else depths[parent] + 1)
-    has_child = {parent for parent in parents if parent >= 0}
-    seqs: list[set[int]] = [set() for _ in parents]
-    leaves = [i for i in range(len(parents)) if i not in has_child]
-    for seq, leaf in enumerate(leaves, start=1):
-        node = leaf
-        while node >= 0:
-            seqs[node].add(seq)
-            node = parents[node]
-    return [tuple(sorted(s)) for s in seqs], depths
 
 
 def gguf_file(path: str | Path) -> Path:
