@@ -8,7 +8,10 @@ On the exact-rows build, with a tiny K-quant GGUF laid out like the packaged tar
   sequences' cells interleave with its own and change the order of attention's sums);
 - requests run on threads, posting to a :class:`Batcher` stepped by one thread, with random
   arrival times, give each its solo output: greedy, speculative greedy, and seeded T = 0.7
-  under the coupled rule.
+  under the coupled rule;
+- a slot that copies another slot's cells for a prefix (:meth:`LlamaCppModel.adopt`) scores
+  the rest bitwise as a model that read it all, even where the donor's cells change before the
+  copy's data moves; the negative control: cells that are not the prefix claimed give other rows.
 """
 
 from __future__ import annotations
@@ -215,3 +218,45 @@ def test_the_plan_reads_the_shortest_prompt_alone_only_while_nobody_may_decode()
     assert plan_call(prompts, 16, 512, all_posted=True) == [(1, 40)]
     assert plan_call([(True, 900)], 16, 512, all_posted=True) == [(0, 512)]
     assert plan_call(prompts, 16, 512, all_posted=False) == [(1, 16)]
+
+
+@pytest.fixture(scope="module")
+def two_slots(gguf):
+    models, _ = open_slots(gguf, 2, n_threads=2, n_ctx=WINDOW)
+    return models
+
+
+def test_a_slot_that_copies_another_slots_prefix_scores_as_if_it_read_it(two_slots, solo):
+    """A slot holding another slot's cells for a prompt's first 60 tokens (copied, not read)
+    gives the rows of the prompt's rest bitwise as a model that read it all, though the donor
+    went on to other tokens before the next decode; where the donor's cells are not the prefix
+    claimed (the negative control), the rows differ."""
+    donor, taker = two_slots
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(3, VOCAB, size=80).tolist()
+    donor.reset()
+    donor.next_dist(prompt[:70])  # the donor's cache: the first 70 tokens
+    taker.next_dist(rng.integers(3, VOCAB, size=30).tolist())  # cells of its own, replaced
+    assert taker.adopt(donor, prompt[:60]) == 60
+    assert taker.unread(prompt) == 20
+    donor.reset()  # the donor's cells change before the copy's data moves (at the next decode)
+    donor.next_dist(rng.integers(3, VOCAB, size=90).tolist())
+    alone = solo[0].score(prompt[:75], prompt[75:])
+    assert np.array_equal(taker.score(prompt[:75], prompt[75:]), alone)
+
+    donor.reset()
+    donor.next_dist(prompt[:70])
+    other = [*prompt[:30], *((t % (VOCAB - 3)) + 3 for t in np.array(prompt[30:60]) + 1)]
+    assert taker.adopt(donor, other + prompt[60:]) == 70  # claims tokens the donor lacks
+    wrong = taker.score([*other, *prompt[60:75]], prompt[75:])
+    right = solo[0].score([*other, *prompt[60:75]], prompt[75:])
+    assert not np.array_equal(wrong, right)
+
+
+def test_a_copy_holds_no_more_than_the_donor_has(two_slots):
+    donor, taker = two_slots
+    donor.reset()
+    donor.next_dist(list(range(10, 30)))  # 20 cells
+    assert taker.adopt(donor, list(range(10, 60))) == 20
+    donor.reset()
+    assert taker.adopt(donor, list(range(10, 60))) == 0

@@ -260,7 +260,7 @@ class Engine:
         choice = self.config.rule_for(options)
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
         with (
-            self.slots.take(ids) as slot,
+            self.slots.take(ids, copy=self.config.reuse_cache) as slot,
             self._history.request(),
             self.board.running(slot.index),
             self._member(),
@@ -268,6 +268,7 @@ class Engine:
             step, recorder = self._request_step(request, choice, slot)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
             cached = slot.keep_reusable(ids, self.config.reuse_cache)
+            self.slots.publish(slot, ids)
 
             first_step: list[float] = []
             logprobs: list[TokenLogprob] = []

@@ -3,7 +3,10 @@
 A slot is one sequence of the target (and of the draft) with its own KV cache, kept across
 requests, and its own suffix drafters. A new request takes the free slot whose cached tokens
 share the longest prefix with its prompt (the next turn of a conversation finds its own cache, as
-llama-server picks a slot by similarity), else the free slot used least recently.
+llama-server picks a slot by similarity), else the free slot used least recently. Where a busy
+slot's cache holds a longer prefix of the prompt (agents sharing a system prompt and tools, sent
+at once), its cells are copied into the slot taken (:meth:`SlotTable.take`), rather than read
+again.
 
 The shared suffix history may not change while a request that reads it runs
 (:class:`~spec_decode.drafting.suffix.SuffixHistory`), so with several requests in flight a
@@ -19,9 +22,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec_decode.backends.prefix_cache import common_prefix
 from spec_decode.drafting.auto import suffix_drafter
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.drafting.suffix import SuffixDrafter, SuffixHistory
+
+#: The fewest prompt tokens more than its own slot holds that a request must find in a busy
+#: slot's cache for the cells to be copied: llama.cpp copies a slot's whole cache, which costs
+#: about what reading a few tokens does.
+MIN_COPIED = 32
 
 
 @dataclass
@@ -35,6 +44,9 @@ class Slot:
     #: prompt extends the last context, so only its new tokens are indexed
     suffix: dict[bool, SuffixDrafter] = field(default_factory=dict)
     last_used: float = 0.0
+    #: the running request's prompt once the target's cache holds only a prefix of it, which
+    #: stays until the slot is taken again: what another request may copy (None: nothing)
+    prompt: tuple[int, ...] | None = None
 
     @property
     def models(self) -> list[Any]:
@@ -88,21 +100,45 @@ class SlotTable:
             return len(self._busy)
 
     @contextlib.contextmanager
-    def take(self, prompt: Sequence[int]) -> Iterator[Slot]:
+    def take(self, prompt: Sequence[int], copy: bool = False) -> Iterator[Slot]:
         """Lend the free slot that suits ``prompt`` best (waiting for one if none is free),
-        and take it back afterwards."""
+        with a busy slot's cells for a longer prefix of ``prompt`` copied in when ``copy``
+        (:meth:`_copy_prefix`), and take it back afterwards."""
         with self._free:
             self._free.wait_for(lambda: len(self._busy) < len(self.slots))
             free = [s for s in self.slots if s.index not in self._busy]
             slot = max(free, key=lambda s: (s.shared_prefix(prompt), -s.last_used))
             self._busy.add(slot.index)
+            if copy:
+                self._copy_prefix(slot, list(prompt))
         try:
             yield slot
         finally:
             with self._free:
                 slot.last_used = time.monotonic()
+                slot.prompt = None
                 self._busy.discard(slot.index)
                 self._free.notify()
+
+    def publish(self, slot: Slot, prompt: Sequence[int]) -> None:
+        """``slot``'s target cache now holds only a prefix of ``prompt``, its request's: other
+        requests may copy those cells while it runs."""
+        with self._free:
+            slot.prompt = tuple(prompt)
+
+    def _copy_prefix(self, slot: Slot, prompt: list[int]) -> None:
+        """Copy into ``slot``'s target the cells of the busy slot whose published prompt shares
+        the longest prefix with ``prompt``, when that is :data:`MIN_COPIED` tokens more than
+        ``slot`` holds (at least one token is left to read). Called holding the lock: a published
+        prompt's cells stay as they are until its slot is free and taken again."""
+        adopt = getattr(slot.target, "adopt", None)
+        donors = [s for s in self.slots if s.prompt is not None]
+        if adopt is None or not donors:
+            return
+        shared = [min(common_prefix(list(s.prompt), prompt), len(prompt) - 1) for s in donors]
+        best = max(range(len(donors)), key=shared.__getitem__)
+        if shared[best] >= slot.shared_prefix(prompt) + MIN_COPIED:
+            adopt(donors[best].target, prompt[: shared[best]])
 
 
 class IdleHistory:

@@ -136,7 +136,9 @@ class LlamaContext:
             llama_cpp.llama_memory_seq_rm(self._memory, seq, -1, -1)
 
     def copy_sequence(self, source: int, target: int) -> None:
-        """Make ``target`` share every cell of ``source`` (a tree path sharing the prefix)."""
+        """Make ``target`` share every cell of ``source`` (a tree path sharing the prefix); with
+        cells per sequence, ``target``'s cells become a copy of ``source``'s, their data copied
+        at the next decode, before it writes any."""
         with self.lock:
             llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
 

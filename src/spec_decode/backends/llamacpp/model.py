@@ -157,6 +157,30 @@ class LlamaCppModel(PrefixCachedModel):
             return 0
         return self._trim(keep)
 
+    def adopt(self, donor: LlamaCppModel, prefix: Sequence[int]) -> int:
+        """Hold ``donor``'s cells for ``prefix`` in place of this cache; return how many tokens
+        it then holds (0: nothing was taken).
+
+        ``donor`` is another sequence of this context (another slot) whose cells from position 0
+        on are the tokens of ``prefix``, as far as it holds them. On a build whose rows are
+        bitwise the same however the calls that computed them were cut (B = 1, see
+        :meth:`keep_reusable`), a token's keys and values depend only on the tokens before it,
+        so they are the cells this sequence computes alone. llama.cpp copies the donor's cache at
+        the next decode, before that decode writes a cell, so what it copies is the cells as
+        they are now; the donor's cells past ``prefix`` are dropped here at once."""
+        if self.invariant_batch_size != 1 or donor._context is not self._context:
+            return 0
+        with self._context.lock:
+            keep = min(len(prefix), self._context.length(donor._seq))
+            if keep <= 0:
+                return 0
+            self._context.copy_sequence(donor._seq, self._seq)
+            if not self._context.forget(self._seq, keep):
+                self.reset()
+                return 0
+        self._cached, self._invariant = list(prefix[:keep]), keep
+        return keep
+
     def probe(self, tokens: Sequence[int], first_position: int) -> np.ndarray:
         """Logits (a copy) of every row of ``tokens``, fed in ONE call at
         ``first_position`` on after the cache is cut there: the row check of :mod:`.promise`,

@@ -1,0 +1,61 @@
+"""A request whose prompt begins as a running request's does reads only the rest: the running
+slot's cells for the shared prefix are copied into the slot it takes (:mod:`.slots`), and its
+answer is still its answer alone, greedy and seeded at T = 0.7. (The rows of a slot that copied
+its prefix are certified bitwise, with a negative control, in ``tests/backends/test_slots.py``.)"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
+from spec_decode.core.sampling import SamplingParams
+from spec_decode.serving.config import EngineConfig
+from spec_decode.serving.engine import Engine
+from spec_decode.serving.request import RequestOptions
+from spec_decode.serving.worker import Job, Worker
+
+pytestmark = pytest.mark.skipif(
+    patched_exact_rows() == 0,
+    reason="slots share calls only on the exact-rows build (" + kernels_status() + ")",
+)
+
+#: 80 letters (token ids 4-29 of the tiny vocabulary): the prefix both requests share.
+PREFIX = [4 + (7 * i) % 26 for i in range(80)]
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_pair):
+    target, draft = tiny_pair
+    config = EngineConfig(target=str(target), draft=str(draft), threads=1, parallel=2)
+    running = Worker(lambda: Engine.load(config), max_queue=2)
+    yield running
+    running.close(1.0)
+    running.join()
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_pair):
+    target, draft = tiny_pair
+    config = EngineConfig(target=str(target), draft=str(draft), threads=1, shared_history=False)
+    return Engine.load(config)
+
+
+@pytest.mark.parametrize(("temperature", "seed"), [(0.0, None), (0.7, 3)])
+def test_a_prompt_sharing_a_running_requests_prefix_copies_it_and_answers_as_alone(
+    worker, alone, temperature, seed
+):
+    engine = worker.engine
+    engine.forget()  # no slot holds the prefix yet
+    options = RequestOptions(sampling=SamplingParams(temperature=temperature), seed=seed)
+    first = engine.prepare([*PREFIX, 5], options, max_tokens=8)
+    worker.submit(Job(first)).result()  # its slot's cache: that prompt and its answer
+    with engine.slots.take(first.prompt) as busy:  # as a request running on that slot
+        engine.slots.publish(busy, first.prompt)
+        second = engine.prepare([*PREFIX, 6, 7], options, max_tokens=30)
+        done = worker.submit(Job(second)).result()
+    assert done.cached_tokens == len(PREFIX)
+    alone.forget()
+    expected = alone.generate(alone.prepare([*PREFIX, 6, 7], options, max_tokens=30))
+    assert done.tokens == expected.tokens
