@@ -3,6 +3,8 @@ engine and server tests."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,9 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
 from spec_decode.certify.tiny_gguf import TOKENS, perturbed, tiny_weights, write_gguf
+from spec_decode.serving.config import EngineConfig
+from spec_decode.serving.engine import Engine
+from spec_decode.serving.worker import Worker
 
 #: Unknown, BOS, EOS, the word boundary and the 26 letters: text prompts tokenize letter by letter.
 VOCABULARY = [*TOKENS[:4], *(chr(c) for c in range(ord("a"), ord("z") + 1))]
@@ -39,10 +44,30 @@ def write_pair(
     )
 
 
+@contextlib.contextmanager
+def running(config: EngineConfig, max_queue: int) -> Iterator[Worker]:
+    """A worker running ``config``'s engine, closed (its running jobs cancelled) afterwards."""
+    worker = Worker(lambda: Engine.load(config), max_queue=max_queue)
+    try:
+        yield worker
+    finally:
+        worker.close(0)
+        worker.join()
+
+
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
     """The engine and server tests' pair (:func:`write_pair`)."""
     return write_pair(tmp_path_factory.mktemp("serving-gguf"), VOCABULARY, seed=0)
+
+
+@pytest.fixture(scope="module")
+def cold(tiny_pair) -> Engine:
+    """An engine over the tiny pair with no shared history, forgotten before every use: the
+    reference for reuse."""
+    target, draft = tiny_pair
+    config = EngineConfig(target=str(target), draft=str(draft), threads=1, shared_history=False)
+    return Engine.load(config)
 
 
 #: Both cases of the letters, JSON's punctuation, digits and a newline, then the 256 byte

@@ -42,14 +42,6 @@ def engine(tiny_pair):
     return loaded
 
 
-@pytest.fixture(scope="module")
-def cold(tiny_pair):
-    """A second engine, forgotten before every use: the reference for reuse."""
-    target, draft = tiny_pair
-    config = EngineConfig(target=str(target), draft=str(draft), threads=1, shared_history=False)
-    return Engine.load(config)
-
-
 def recorded_rows(engine: Engine, monkeypatch) -> list[np.ndarray]:
     """Every probability row the target returns from now on, in order."""
     rows: list[np.ndarray] = []

@@ -17,10 +17,10 @@ pytest.importorskip("sse_starlette")
 pytest.importorskip("prometheus_client")
 
 from bad_requests import CALL, CASES, CHAT, LIMIT, MODEL, TEXT, TOO_DEEP, TOOL, USER  # noqa: E402
+from conftest import running  # noqa: E402
 
 from spec_decode.core.errors import BadRequest  # noqa: E402
 from spec_decode.serving.config import EngineConfig  # noqa: E402
-from spec_decode.serving.engine import Engine  # noqa: E402
 from spec_decode.serving.fields import (  # noqa: E402
     CHAT_NOT_YET,
     COMPLETION_NOT_YET,
@@ -38,11 +38,8 @@ from spec_decode.serving.worker import Worker  # noqa: E402
 @pytest.fixture(scope="module")
 def worker(tiny_pair):
     target, draft = tiny_pair
-    config = EngineConfig(target=str(target), draft=str(draft), threads=1)
-    worker = Worker(lambda: Engine.load(config), max_queue=4)
-    yield worker
-    worker.close(0)
-    worker.join()
+    with running(EngineConfig(target=str(target), draft=str(draft), threads=1), 4) as worker:
+        yield worker
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,13 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
+from conftest import running
+
 from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
-from spec_decode.serving.engine import Engine
 from spec_decode.serving.request import RequestOptions
-from spec_decode.serving.worker import Job, Worker
+from spec_decode.serving.worker import Job
 
 pytestmark = pytest.mark.skipif(
     patched_exact_rows() == 0,
@@ -28,23 +29,13 @@ PREFIX = [4 + (7 * i) % 26 for i in range(80)]
 @pytest.fixture(scope="module")
 def worker(tiny_pair):
     target, draft = tiny_pair
-    config = EngineConfig(target=str(target), draft=str(draft), threads=1, parallel=2)
-    running = Worker(lambda: Engine.load(config), max_queue=2)
-    yield running
-    running.close(1.0)
-    running.join()
-
-
-@pytest.fixture(scope="module")
-def alone(tiny_pair):
-    target, draft = tiny_pair
-    config = EngineConfig(target=str(target), draft=str(draft), threads=1, shared_history=False)
-    return Engine.load(config)
+    with running(EngineConfig(target=str(target), draft=str(draft), threads=1, parallel=2), 2) as w:
+        yield w
 
 
 @pytest.mark.parametrize(("temperature", "seed"), [(0.0, None), (0.7, 3)])
 def test_a_prompt_sharing_a_running_requests_prefix_copies_it_and_answers_as_alone(
-    worker, alone, temperature, seed
+    worker, cold, temperature, seed
 ):
     engine = worker.engine
     engine.forget()  # no slot holds the prefix yet
@@ -56,6 +47,6 @@ def test_a_prompt_sharing_a_running_requests_prefix_copies_it_and_answers_as_alo
         second = engine.prepare([*PREFIX, 6, 7], options, max_tokens=30)
         done = worker.submit(Job(second)).result()
     assert done.cached_tokens == len(PREFIX)
-    alone.forget()
-    expected = alone.generate(alone.prepare([*PREFIX, 6, 7], options, max_tokens=30))
+    cold.forget()
+    expected = cold.generate(cold.prepare([*PREFIX, 6, 7], options, max_tokens=30))
     assert done.tokens == expected.tokens
