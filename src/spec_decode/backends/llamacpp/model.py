@@ -158,16 +158,11 @@ class LlamaCppModel(PrefixCachedModel):
         return self._trim(keep)
 
     def adopt(self, donor: LlamaCppModel, prefix: Sequence[int]) -> int:
-        """Hold ``donor``'s cells for ``prefix`` in place of this cache; return how many tokens
-        it then holds (0: nothing was taken).
-
-        ``donor`` is another sequence of this context (another slot) whose cells from position 0
-        on are the tokens of ``prefix``, as far as it holds them. On a build whose rows are
-        bitwise the same however the calls that computed them were cut (B = 1, see
-        :meth:`keep_reusable`), a token's keys and values depend only on the tokens before it,
-        so they are the cells this sequence computes alone. llama.cpp copies the donor's cache at
-        the next decode, before that decode writes a cell, so what it copies is the cells as
-        they are now; the donor's cells past ``prefix`` are dropped here at once."""
+        """Hold ``donor``'s cells (another slot's, the tokens of ``prefix`` from position 0 as far
+        as it holds them) in place of this cache; return how many tokens it then holds. Where
+        rows are bitwise the same however calls were cut (B = 1, :meth:`keep_reusable`), keys and
+        values depend only on the tokens before: they are this sequence's own. llama.cpp moves
+        the data at the next decode, before it writes a cell: the copy is of the cells now."""
         if self.invariant_batch_size != 1 or donor._context is not self._context:
             return 0
         with self._context.lock:
