@@ -42,11 +42,27 @@ def test_a_prompt_sharing_a_running_requests_prefix_copies_it_and_answers_as_alo
     options = RequestOptions(sampling=SamplingParams(temperature=temperature), seed=seed)
     first = engine.prepare([*PREFIX, 5], options, max_tokens=8)
     worker.submit(Job(first)).result()  # its slot's cache: that prompt and its answer
-    with engine.slots.take(first.prompt) as busy:  # as a request running on that slot
-        engine.slots.publish(busy, first.prompt)
+    with engine.slots.take(first.prompt, reuse=True) as busy:  # as a request running there
+        engine.slots.prompt_read(busy)
         second = engine.prepare([*PREFIX, 6, 7], options, max_tokens=30)
         done = worker.submit(Job(second)).result()
     assert done.cached_tokens == len(PREFIX)
     cold.forget()
     expected = cold.generate(cold.prepare([*PREFIX, 6, 7], options, max_tokens=30))
     assert done.tokens == expected.tokens
+
+
+def test_requests_sent_together_read_their_shared_prefix_once(worker, cold):
+    """Two requests sharing an 80-token prefix, sent at once to a server that holds none of it:
+    one reads the prefix and the other, waiting for it, copies its cells; each answer is its
+    answer alone."""
+    engine = worker.engine
+    engine.forget()
+    options = RequestOptions(sampling=SamplingParams(temperature=0.7), seed=11)
+    prompts = [[*PREFIX, 8], [*PREFIX, 9, 10]]
+    jobs = [worker.submit(Job(engine.prepare(p, options, max_tokens=30))) for p in prompts]
+    done = [job.result() for job in jobs]
+    assert sorted(d.cached_tokens for d in done) == [0, len(PREFIX)]
+    for prompt, answer in zip(prompts, done, strict=True):
+        cold.forget()
+        assert answer.tokens == cold.generate(cold.prepare(prompt, options, max_tokens=30)).tokens

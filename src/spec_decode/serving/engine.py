@@ -260,15 +260,14 @@ class Engine:
         choice = self.config.rule_for(options)
         is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
         with (
-            self.slots.take(ids, copy=self.config.reuse_cache) as slot,
+            self.slots.take(ids, reuse=self.config.reuse_cache) as slot,
             self._history.request(),
             self.board.running(slot.index),
             self._member(),
         ):
             step, recorder = self._request_step(request, choice, slot)
             halting = halting_step(step, lambda: halt_reason(text, is_cancelled))
-            cached = slot.keep_reusable(ids, self.config.reuse_cache)
-            self.slots.publish(slot, ids)
+            cached = slot.kept
 
             first_step: list[float] = []
             logprobs: list[TokenLogprob] = []
@@ -276,6 +275,7 @@ class Engine:
             def on_tokens(tokens: list[int]) -> None:
                 if not first_step:
                     first_step.append(time.perf_counter() - start)
+                    self.slots.prompt_read(slot)
                 entries = None
                 if recorder is not None:
                     entries = recorder.take(len(ids) + len(logprobs), tokens)

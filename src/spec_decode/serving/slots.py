@@ -44,9 +44,13 @@ class Slot:
     #: prompt extends the last context, so only its new tokens are indexed
     suffix: dict[bool, SuffixDrafter] = field(default_factory=dict)
     last_used: float = 0.0
-    #: the running request's prompt once the target's cache holds only a prefix of it, which
-    #: stays until the slot is taken again: what another request may copy (None: nothing)
+    #: the running request's prompt, of which the target's cache holds only a prefix (cells
+    #: that stay until the slot is taken again): what another request may copy (None: free)
     prompt: tuple[int, ...] | None = None
+    #: whether the running request has read its whole prompt (its first step ended)
+    read: bool = False
+    #: how many prompt tokens the running request found in the target's cache
+    kept: int = 0
 
     @property
     def models(self) -> list[Any]:
@@ -100,17 +104,22 @@ class SlotTable:
             return len(self._busy)
 
     @contextlib.contextmanager
-    def take(self, prompt: Sequence[int], copy: bool = False) -> Iterator[Slot]:
+    def take(self, prompt: Sequence[int], reuse: bool = False) -> Iterator[Slot]:
         """Lend the free slot that suits ``prompt`` best (waiting for one if none is free),
-        with a busy slot's cells for a longer prefix of ``prompt`` copied in when ``copy``
-        (:meth:`_copy_prefix`), and take it back afterwards."""
+        its caches cut to what ``prompt`` may reuse (nothing unless ``reuse``; :attr:`Slot.kept`
+        says how much the target kept), and take it back afterwards. With ``reuse``, a busy
+        slot's cells for a longer prefix of ``prompt`` are copied in first
+        (:meth:`_copy_prefix`)."""
+        prompt = list(prompt)
         with self._free:
             self._free.wait_for(lambda: len(self._busy) < len(self.slots))
             free = [s for s in self.slots if s.index not in self._busy]
             slot = max(free, key=lambda s: (s.shared_prefix(prompt), -s.last_used))
             self._busy.add(slot.index)
-            if copy:
-                self._copy_prefix(slot, list(prompt))
+            if reuse:
+                self._copy_prefix(slot, prompt)
+            slot.kept = slot.keep_reusable(prompt, reuse)
+            slot.prompt, slot.read = tuple(prompt), False  # published: others may copy it
         try:
             yield slot
         finally:
@@ -118,18 +127,21 @@ class SlotTable:
                 slot.last_used = time.monotonic()
                 slot.prompt = None
                 self._busy.discard(slot.index)
-                self._free.notify()
+                self._free.notify_all()  # whoever waits for a slot, or for this one's prompt
 
-    def publish(self, slot: Slot, prompt: Sequence[int]) -> None:
-        """``slot``'s target cache now holds only a prefix of ``prompt``, its request's: other
-        requests may copy those cells while it runs."""
+    def prompt_read(self, slot: Slot) -> None:
+        """``slot``'s request has read its whole prompt (its first step ended): whoever waits to
+        copy its cells may."""
         with self._free:
-            slot.prompt = tuple(prompt)
+            slot.read = True
+            self._free.notify_all()
 
     def _copy_prefix(self, slot: Slot, prompt: list[int]) -> None:
-        """Copy into ``slot``'s target the cells of the busy slot whose published prompt shares
-        the longest prefix with ``prompt``, when that is :data:`MIN_COPIED` tokens more than
-        ``slot`` holds (at least one token is left to read). Called holding the lock: a published
+        """Copy into ``slot``'s target the cells of the busy slot whose prompt shares the longest
+        prefix with ``prompt``, when that is :data:`MIN_COPIED` tokens more than ``slot`` holds
+        (at least one token is left to read). A donor still reading its prompt is waited for
+        (the lock released meanwhile): prompts are read one at a time, so the wait costs
+        nothing that reading the prefix again would not. Called holding the lock: a published
         prompt's cells stay as they are until its slot is free and taken again."""
         adopt = getattr(slot.target, "adopt", None)
         donors = [s for s in self.slots if s.prompt is not None]
@@ -137,8 +149,12 @@ class SlotTable:
             return
         shared = [min(common_prefix(list(s.prompt), prompt), len(prompt) - 1) for s in donors]
         best = max(range(len(donors)), key=shared.__getitem__)
-        if shared[best] >= slot.shared_prefix(prompt) + MIN_COPIED:
-            adopt(donors[best].target, prompt[: shared[best]])
+        if shared[best] < slot.shared_prefix(prompt) + MIN_COPIED:
+            return
+        donor, published = donors[best], donors[best].prompt
+        self._free.wait_for(lambda: donor.read or donor.prompt is not published)
+        if donor.prompt is published:
+            adopt(donor.target, prompt[: shared[best]])
 
 
 class IdleHistory:
