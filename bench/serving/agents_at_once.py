@@ -6,12 +6,12 @@ They run one after another, then all at once, on one server with the default slo
 agent: the files it read and its answer, whether both are the same at once as alone, and its
 seconds; per phase: wall clock and the server's ``/metrics`` token counters (prompt tokens, those
 served from a slot's cache, generated, drafted, accepted), and the target decodes the requests
-shared. The agents share a prefix (system prompt and tool): arriving together, only one finds it
-in the slot it takes. Run alone:
+shared. The agents share a prefix (system prompt and tool). ``--cold`` runs the phase all at
+once first, on the fresh server, where no slot holds the prefix yet. Run alone:
 
-    python bench/serving/agents_at_once.py [--agents 4]
+    python bench/serving/agents_at_once.py [--agents 4] [--cold]
 
-Writes bench/results/agents_at_once.json and .md.
+Writes bench/results/agents_at_once.json and .md (``agents_at_once_cold`` with ``--cold``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
@@ -56,20 +57,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, default=4, choices=range(1, len(QUESTIONS) + 1))
     parser.add_argument("--port", type=int, default=18620)
+    parser.add_argument("--cold", action="store_true", help="all at once first, on a fresh server")
     args = parser.parse_args()
     log = Path(tempfile.mkdtemp(prefix="agents-at-once-")) / "server.log"
     server = Server(["spec-decode", "serve", "--port", str(args.port)], args.port, log)
     server.start()
     try:
-        results = run(server, QUESTIONS[: args.agents])
+        results = run(server, QUESTIONS[: args.agents], args.cold)
     finally:
         server.stop()
-    results["command"] = f"python bench/serving/agents_at_once.py --agents {args.agents}"
-    write_results("agents_at_once", results, markdown)
+    cold = " --cold" if args.cold else ""
+    results["command"] = f"python bench/serving/agents_at_once.py --agents {args.agents}{cold}"
+    write_results("agents_at_once" + cold.replace(" --", "_"), results, markdown)
 
 
-def run(server: Server, questions: list[str]) -> dict:
-    """Both phases on ``server``: one after another, then all at once."""
+def run(server: Server, questions: list[str], cold: bool) -> dict:
+    """Both phases on ``server``: one after another, then all at once (``cold``: the other way
+    round)."""
     import agents
     import openai
 
@@ -95,19 +99,24 @@ def run(server: Server, questions: list[str]) -> dict:
         return {"read": read, "answer": result.final_output,
                 "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
 
+    async def one_after_another() -> list[dict]:
+        return [await ask(q) for q in questions]
+
+    async def all_at_once() -> list[dict]:
+        return list(await asyncio.gather(*(ask(q) for q in questions)))
+
+    async def phase(answers: Callable[[], Awaitable[list[dict]]]) -> dict:
+        before, started = metrics(server), time.perf_counter()
+        agents_answers = await answers()
+        seconds = round(time.perf_counter() - started, 2)
+        return {"seconds": seconds, "agents": agents_answers, **changed(before, metrics(server))}
+
     async def phases() -> dict:
-        before = metrics(server)
-        started = time.perf_counter()
-        alone = [await ask(q) for q in questions]
-        middle, alone_s = metrics(server), time.perf_counter() - started
-        started = time.perf_counter()
-        together = await asyncio.gather(*(ask(q) for q in questions))
-        after, together_s = metrics(server), time.perf_counter() - started
-        return {
-            "alone": {"seconds": round(alone_s, 2), "agents": alone, **changed(before, middle)},
-            "together": {"seconds": round(together_s, 2), "agents": list(together),
-                         **changed(middle, after)},
-        }  # fmt: skip
+        if cold:
+            together = await phase(all_at_once)
+            return {"alone": await phase(one_after_another), "together": together, "cold": True}
+        alone = await phase(one_after_another)
+        return {"alone": alone, "together": await phase(all_at_once), "cold": False}
 
     return {"machine": machine(), "questions": questions, **asyncio.run(phases())}
 
@@ -142,10 +151,11 @@ def markdown(results: dict) -> str:
             f"## Agents at once (`{results['command']}`, {results['created']})",
             "",
             f"{results['machine']['cpu']}, {results['machine']['cores']} cores; "
-            "`spec-decode serve` with its defaults; "
-            f"{len(alone['agents'])} `openai-agents` agents, greedy, each with `read_file` over a "
-            f"two-file project. **{same} of {len(alone['agents'])} agents read the same files and "
-            "gave the same answer at once as alone.**",
+            "`spec-decode serve` with its defaults"
+            + ("; all at once first, on the fresh server; " if results.get("cold") else "; ")
+            + f"{len(alone['agents'])} `openai-agents` agents, greedy, each with `read_file` "
+            f"over a two-file project. **{same} of {len(alone['agents'])} agents read the same "
+            "files and gave the same answer at once as alone.**",
             "",
             "| phase | wall s | prompt tokens | from a slot's cache | read | generated "
             "| accepted / drafted | shared decodes |",
