@@ -9,7 +9,8 @@ Across requests the engine keeps two things, and neither may change what a reque
 
 * The models' KV caches, one per slot. A request that shares a prefix with its slot's last
   sequence reads only what is new, as far as a cold run computes the reused rows bitwise the
-  same (:meth:`~spec_decode.backends.llamacpp.LlamaCppModel.keep_reusable`).
+  same (:meth:`~spec_decode.backends.llamacpp.LlamaCppModel.keep_reusable`); one that shares a
+  longer prefix with a running request's prompt copies those cells (:mod:`.slots`).
 * The shared :class:`~spec_decode.drafting.suffix.SuffixHistory`: every finished request's
   sequence is added, and later requests' suffix drafter continues from it. Greedy and coupled
   output do not depend on what was drafted; a sampled request under the standard rule does, so
