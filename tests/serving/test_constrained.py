@@ -14,6 +14,8 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 pytest.importorskip("llguidance")
 
+from conftest import running  # noqa: E402
+
 from spec_decode.constraints.formats import output_grammar  # noqa: E402
 from spec_decode.core.processors import LogitBias, Penalties  # noqa: E402
 from spec_decode.core.sampling import SamplingParams  # noqa: E402
@@ -22,7 +24,6 @@ from spec_decode.serving.engine import Engine  # noqa: E402
 from spec_decode.serving.request import RequestOptions  # noqa: E402
 from spec_decode.serving.server import create_app  # noqa: E402
 from spec_decode.serving.state import Settings  # noqa: E402
-from spec_decode.serving.worker import Worker  # noqa: E402
 
 MODEL = "target"
 USER = [{"role": "user", "content": "hi"}]
@@ -93,12 +94,9 @@ def chat(json_pair, no_whitespace):
     """``chat(**fields)``: one greedy chat completion's choice from the app over ASGI, with the
     no-whitespace bias unless the fields give their own."""
     target, draft = json_pair
-    config = EngineConfig(target=str(target), draft=str(draft), threads=1)
-    worker = Worker(lambda: Engine.load(config), max_queue=4)
-    app = create_app(worker, Settings(MODEL, max_tokens=160))
-    yield lambda **fields: ask(app, {"logit_bias": no_whitespace, **fields})
-    worker.close(0)
-    worker.join()
+    with running(EngineConfig(target=str(target), draft=str(draft), threads=1), 4) as worker:
+        app = create_app(worker, Settings(MODEL, max_tokens=160))
+        yield lambda **fields: ask(app, {"logit_bias": no_whitespace, **fields})
 
 
 def ask(app, fields: dict) -> dict:
