@@ -68,7 +68,7 @@ def main() -> None:
         server.stop()
     cold = " --cold" if args.cold else ""
     results["command"] = f"python bench/serving/agents_at_once.py --agents {args.agents}{cold}"
-    write_results("agents_at_once" + cold.replace(" --", "_"), results, markdown)
+    write_results("agents_at_once_cold" if args.cold else "agents_at_once", results, markdown)
 
 
 def run(server: Server, questions: list[str], cold: bool) -> dict:
