@@ -36,7 +36,8 @@ class Completion:
 
     ``tokens`` are every emitted token (an end-of-generation token included); ``text`` their
     text, cut before a stop string; ``finish_reason`` one of :data:`FINISH_REASONS`;
-    ``cached_tokens`` how many prompt tokens were reused from the previous request's KV cache;
+    ``cached_tokens`` how many prompt tokens were not read again: held in its slot's KV cache from
+    an earlier request, or copied from a running request's (:mod:`.slots`);
     ``seconds`` the generation's wall time, ``first_step_seconds`` that of its first step (the
     prompt read plus one target pass; 0 when none ran); ``logprobs`` one entry per token when
     the request asked for them; ``end_token`` whether an end-of-generation token ended it (a
