@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from bench.lib.machine import machine
 from bench.lib.results import write_results
 from spec_decode.backends import assembly, registry
+from spec_decode.backends.llamacpp.call_plan import plan_call
 from spec_decode.backends.llamacpp.context import LlamaContext, Row
 from spec_decode.backends.llamacpp.kernels import MICRO_BATCH
-from spec_decode.backends.llamacpp.slots import open_slots, plan_call
+from spec_decode.backends.llamacpp.slots import open_slots
 
 #: A token id inside every packaged vocabulary; what is read does not change what a row costs.
 TOKEN = 42

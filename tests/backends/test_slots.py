@@ -33,10 +33,11 @@ from kquant_gguf import VOCAB, write_kquant_gguf
 
 from spec_decode import SamplingParams, generate_autoregressive
 from spec_decode.backends.llamacpp import LlamaCppModel
+from spec_decode.backends.llamacpp.call_plan import plan_call
 from spec_decode.backends.llamacpp.context import LlamaContext, Row
 from spec_decode.backends.llamacpp.exact_rows import shared_call_mismatches
 from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
-from spec_decode.backends.llamacpp.slots import Batcher, open_slots, plan_call
+from spec_decode.backends.llamacpp.slots import Batcher, open_slots
 from spec_decode.core.coupled import coupled_rule
 from spec_decode.core.noise import SeededNoise
 from spec_decode.drafting.speculative import generate_speculative
@@ -177,8 +178,9 @@ def test_a_prompt_is_read_whole_while_nobody_decodes_and_in_chunks_while_one_may
     assert read_prompt(gguf, members=0, prompt_call=512) == 4  # a draft's batcher: no members
 
 
-def test_a_step_feeds_blocks_whole_and_then_the_shortest_prompt_alone(gguf):
-    """A second prompt in the call would delay the first one's first token by its own cost."""
+def test_a_step_feeds_a_row_of_each_block_and_then_the_shortest_prompt_alone(gguf):
+    """A second prompt in the call would delay the first one's first token by its own cost, and
+    so would a block's drafted rows: they follow in later calls."""
     context = LlamaContext(gguf, n_threads=2, n_ctx=WINDOW, n_seq=3, unified=False)
     batcher = Batcher(context, budget=32)
     calls: list[list[tuple[int, int]]] = []
@@ -203,14 +205,17 @@ def test_a_step_feeds_blocks_whole_and_then_the_shortest_prompt_alone(gguf):
         pass
     for thread in threads:
         thread.join()
-    assert calls == [[(1, 6), (2, 2)], [(0, 12)]]
+    assert calls == [[(1, 6), (2, 1)], [(0, 12), (2, 1)]]
     context.close()
 
 
 def test_the_plan_feeds_blocks_then_one_prompt_in_what_the_budget_leaves():
-    waiting = [(True, 30), (False, 5), (True, 12), (False, 3)]  # (is a prompt, rows left)
-    assert plan_call(waiting, 16, 512, all_posted=True) == [(3, 3), (1, 5), (2, 8)]
-    assert plan_call(waiting, 6, 512, all_posted=True) == [(3, 3), (1, 3)]  # a block in parts
+    blocks = [(False, 5), (False, 3)]  # (is a prompt, rows left)
+    assert plan_call(blocks, 16, 512, all_posted=True) == [(1, 3), (0, 5)]
+    assert plan_call(blocks, 6, 512, all_posted=True) == [(1, 3), (0, 3)]  # a block in parts
+    waiting = [(True, 30), *blocks, (True, 12)]  # while a prompt waits, a row of each block
+    assert plan_call(waiting, 16, 512, all_posted=True) == [(2, 1), (1, 1), (3, 12)]
+    assert plan_call(waiting, 6, 512, all_posted=True) == [(2, 1), (1, 1), (3, 4)]
 
 
 def test_the_plan_reads_the_shortest_prompt_alone_only_while_nobody_may_decode():

@@ -91,7 +91,8 @@ class Engine:
     def __post_init__(self) -> None:
         self._tokenizer = SerializedTokenizer(self.target.tokenizer)
         drafts = self.draft.slots if self.draft is not None else None
-        self.slots = SlotTable(self.target.slots[: self.n_slots], drafts)
+        between_calls = self.batchers[0].between_calls if self.batchers else None
+        self.slots = SlotTable(self.target.slots[: self.n_slots], drafts, between_calls)
         self._history = IdleHistory(self.history)
         self.board = StepBoard(self.batchers[0].budget if self.batchers else None)
 

@@ -65,6 +65,12 @@ class Metrics:
             registry=registry,
         )
         shared.set_function(lambda: float(batchers[0].shared_steps) if batchers else 0.0)
+        interrupted = Gauge(
+            f"{_PREFIX}_interrupted_decodes",
+            "Target decodes a newcomer interrupted (fed again with its prompt)",
+            registry=registry,
+        )
+        interrupted.set_function(lambda: float(batchers[0].interrupted) if batchers else 0.0)
 
     def finished(self, route: str, done: Future[Completion]) -> None:
         """Count a finished generation (whether or not its client is still there)."""

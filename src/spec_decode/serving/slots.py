@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,11 +89,21 @@ class Slot:
 
 
 class SlotTable:
-    """The slots and which are busy; :meth:`take` lends one to a request."""
+    """The slots and which are busy; :meth:`take` lends one to a request.
 
-    def __init__(self, targets: Sequence[Any], drafts: Sequence[Any] | None) -> None:
+    ``between_calls`` runs a cut or a copy of a slot's cells where llama.cpp's calls run (the
+    batcher's :meth:`~spec_decode.backends.llamacpp.slots.Batcher.between_calls`, which also
+    interrupts a call in flight for it; default: here and now)."""
+
+    def __init__(
+        self,
+        targets: Sequence[Any],
+        drafts: Sequence[Any] | None,
+        between_calls: Callable[[Callable[[], Any]], Any] | None = None,
+    ) -> None:
         drafts = drafts or [None] * len(targets)
         self.slots = [Slot(i, t, d) for i, (t, d) in enumerate(zip(targets, drafts, strict=True))]
+        self._between_calls = between_calls or (lambda work: work())
         self._free = threading.Condition()
         self._busy: set[int] = set()
 
@@ -118,7 +128,7 @@ class SlotTable:
             self._busy.add(slot.index)
             if reuse:
                 self._copy_prefix(slot, prompt)
-            slot.kept = slot.keep_reusable(prompt, reuse)
+            slot.kept = self._between_calls(lambda: slot.keep_reusable(prompt, reuse))
             slot.prompt, slot.read = tuple(prompt), False  # published: others may copy it
         try:
             yield slot
@@ -154,7 +164,7 @@ class SlotTable:
         donor, published = donors[best], donors[best].prompt
         self._free.wait_for(lambda: donor.read or donor.prompt is not published)
         if donor.prompt is published:
-            adopt(donor.target, prompt[: shared[best]])
+            self._between_calls(lambda: adopt(donor.target, prompt[: shared[best]]))
 
 
 class IdleHistory:

@@ -27,7 +27,8 @@ spec-decode cache (:func:`kernels_dir`), one folder per sdist, patch and instruc
 (:func:`isa_level`), so a cache shared by several CPUs never hands one of them a build it cannot
 run; :func:`spec_decode.backends.llamacpp.library.load` checks the recorded flags before loading.
 The patched ``libggml-cpu`` exports ``spec_decode_exact_rows()``, which
-:mod:`spec_decode.backends.llamacpp.kernels` reads back from the library actually loaded;
+:mod:`spec_decode.backends.llamacpp.kernels` reads back from the library actually loaded, and
+``spec_decode_stop_requested()``, the abort callback that lets the server interrupt a call;
 ``build-info.json`` beside the libraries records what was built from what.
 
 Where the patch cannot be built or does not apply to this CPU (no AVX2, another architecture, a

@@ -11,6 +11,7 @@ and change the order of attention's sums (``tests/backends/test_slots.py`` shows
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,10 +19,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spec_decode.backends.llamacpp.kernels import MICRO_BATCH, init_backend
+from spec_decode.backends.llamacpp.kernels import MICRO_BATCH, init_backend, stop_callback
 from spec_decode.backends.llamacpp.library import llama_cpp
 
 DEFAULT_MAX_CTX = 4096
+
+
+class Interrupted(RuntimeError):
+    """A call stopped by :meth:`LlamaContext.interrupt` before it finished: llama.cpp dropped the
+    cells of the micro-batch it was computing, and kept those of the micro-batches before it."""
 
 
 class Row(NamedTuple):
@@ -68,6 +74,7 @@ class LlamaContext:
         self.n_seq, self.unified, self.n_threads = n_seq, unified, n_threads
         self.flash_attention = flash_attention
         self.lock = threading.RLock()
+        self._stop, self._stop_callback = ctypes.c_int(0), stop_callback()
         self._ctx = self._new_context()
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         capacity = self.context_window * (1 if unified else n_seq)
@@ -91,6 +98,9 @@ class LlamaContext:
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         params.no_perf = True
+        if self._stop_callback is not None:
+            params.abort_callback = self._stop_callback
+            params.abort_callback_data = ctypes.cast(ctypes.byref(self._stop), ctypes.c_void_p)
         ctx = llama_cpp.llama_init_from_model(self.model, params)
         if not ctx:
             raise ValueError(f"llama.cpp could not create a context of {cells} cells")
@@ -99,7 +109,8 @@ class LlamaContext:
     def decode(self, rows: Sequence[Row]) -> np.ndarray:
         """Feed ``rows`` in ONE ``llama_decode``; the logits of the output rows, in order, shape
         (outputs, vocab): a view of llama.cpp's buffer, valid until the next call
-        (``RuntimeError`` if llama.cpp refuses the batch)."""
+        (``RuntimeError`` if llama.cpp refuses the batch, :class:`Interrupted` if
+        :meth:`interrupt` stopped it)."""
         with self.lock:
             batch = self._batch
             batch.n_tokens = len(rows)
@@ -111,11 +122,28 @@ class LlamaContext:
                     batch.seq_id[i][j] = seq
                 batch.logits[i] = row.output
             status = llama_cpp.llama_decode(self._ctx, batch)
+            if status == 2 and self._stop_callback is not None:
+                raise Interrupted("llama_decode was interrupted")
             if status != 0:
                 raise RuntimeError(f"llama_decode failed with status {status}")
             outputs = sum(row.output for row in rows)
             logits = llama_cpp.llama_get_logits(self._ctx)
             return np.ctypeslib.as_array(logits, shape=(outputs, self.vocab_size))
+
+    @property
+    def interruptible(self) -> bool:
+        """Whether :meth:`interrupt` can stop a call (the exact-rows build's callback)."""
+        return self._stop_callback is not None
+
+    def interrupt(self) -> None:
+        """Stop the call in flight after the graph node it is computing (:class:`Interrupted`),
+        and every call after it until :meth:`clear_interrupt`. Any thread: never takes
+        :attr:`lock`, which the call holds."""
+        self._stop.value = 1
+
+    def clear_interrupt(self) -> None:
+        """Let calls run to their end again (see :meth:`interrupt`)."""
+        self._stop.value = 0
 
     def forget(self, seq: int, first_position: int = 0) -> bool:
         """Drop sequence ``seq``'s cells from ``first_position`` on (False where this memory

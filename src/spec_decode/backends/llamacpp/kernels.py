@@ -42,6 +42,17 @@ def patched_exact_rows() -> int:
     return max(0, int(function()))
 
 
+def stop_callback() -> object | None:
+    """The exact-rows build's ``spec_decode_stop_requested`` as llama.cpp's abort callback type:
+    true once the int its data points to is nonzero, read in C (llama.cpp polls it after every
+    graph node, where a callback into Python would take the interpreter's lock); None on a stock
+    build, where calls cannot be interrupted."""
+    function = getattr(llama_cpp.llama_cpp._lib, "spec_decode_stop_requested", None)
+    if function is None:
+        return None
+    return llama_cpp.ggml_abort_callback(ctypes.cast(function, ctypes.c_void_p).value)
+
+
 def exact_block_size() -> int:
     """The longest block whose rows this llama.cpp build computes bitwise equal to one-token
     scoring: what the exact-rows build reports (64) when that build is loaded, else by stock
@@ -135,11 +146,15 @@ def probabilities(logits: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> n
 
 
 _GGML_LOG_LEVEL_ERROR = 4
+#: How llama.cpp reports a call stopped by its abort callback (``GGML_STATUS_ABORTED`` is 1):
+#: asked for (:meth:`~.context.LlamaContext.interrupt`), so not an error.
+_ABORTED = re.compile(rb"(failed with error|compute status:) 1\n?$")
 
 
 def _silence_logs(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    """llama.cpp log callback that prints errors to stderr and drops everything else."""
-    if level == _GGML_LOG_LEVEL_ERROR:
+    """llama.cpp log callback that prints errors to stderr, but for interrupted calls, and drops
+    everything else."""
+    if level == _GGML_LOG_LEVEL_ERROR and not _ABORTED.search(text):
         print(text.decode("utf-8", "replace"), end="", file=sys.stderr, flush=True)
 
 

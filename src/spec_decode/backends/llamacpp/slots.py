@@ -8,9 +8,14 @@ thread, so every decode comes from one): each step feeds what the slots have pos
 ``llama_decode``, as :func:`plan_call` chooses, and hands each slot its rows.
 
 - While a slot decodes, a call holds at most :attr:`Batcher.budget` tokens: verification blocks
-  whole and first, then the prompt with the fewest tokens left in a chunk of what the budget
-  leaves. A long prompt therefore delays the others by one chunk a step, never by its whole
-  length.
+  first, then the prompt with the fewest tokens left in a chunk of what the budget leaves. A long
+  prompt therefore delays the others by one chunk a step, never by its whole length. While a
+  prompt waits, a block is fed one row a call (its other rows follow in later calls): a block
+  drafted before the prompt came must not delay its first token.
+- A newcomer does not wait for a call in flight that reads no prompt: cutting or copying its
+  slot's cells (:meth:`Batcher.between_calls`, run on the decoding thread between two calls) and
+  posting its prompt each interrupt that call (:meth:`~.context.LlamaContext.interrupt`, on the
+  exact-rows build), whose cells are dropped and whose rows are fed again.
 - While every running request waits for a prompt (nobody decodes), the shortest is read in one
   call of up to :attr:`Batcher.prompt_call` tokens, as alone: a call of many rows costs less a
   row than several calls of fewer.
@@ -31,22 +36,24 @@ Exactness: on the exact-rows build with covered weight types every row of a call
 micro-batch is bitwise the one-token row whatever else its call holds
 (:func:`~.kernels.invariant_batch_size`), and with cells of its own a row's attention sums over
 its own sequence only, so a request's rows, and so its output, are those it gets alone, however
-its prompt was cut (``tests/backends/test_slots.py`` certifies it, and shows a unified cache
-failing).
+its prompt and blocks were cut and whatever call was interrupted (``tests/backends/test_slots.py``
+certifies it, and shows a unified cache failing).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from spec_decode.backends.cores import available_cores
-from spec_decode.backends.llamacpp.context import LlamaContext, Row
+from spec_decode.backends.llamacpp.call_plan import plan_call
+from spec_decode.backends.llamacpp.context import Interrupted, LlamaContext, Row
 from spec_decode.backends.llamacpp.kernels import MICRO_BATCH
 from spec_decode.backends.llamacpp.model import LlamaCppModel, gguf_file
 from spec_decode.backends.llamacpp.promise import exact_rows
@@ -79,27 +86,14 @@ class _Post:
         return not all(row.output for row in self.rows)
 
 
-def plan_call(
-    waiting: Sequence[tuple[bool, int]], budget: int, prompt_call: int, all_posted: bool
-) -> list[tuple[int, int]]:
-    """What one call feeds of the posts ``waiting`` (each: whether it is a prompt, its rows
-    left): ``(index, rows)`` pairs. Blocks first, shortest first, then one prompt, the shortest,
-    in what ``budget`` rows leave; while only prompts wait and ``all_posted`` (every running
-    request posted: none is about to decode), the shortest prompt alone, up to ``prompt_call``
-    rows."""
-    alone = all_posted and all(is_prompt for is_prompt, _ in waiting)
-    room = prompt_call if alone else budget
-    plan: list[tuple[int, int]] = []
-    for index in sorted(range(len(waiting)), key=waiting.__getitem__):
-        is_prompt, left = waiting[index]
-        take = min(left, room)
-        if take <= 0:
-            break
-        plan.append((index, take))
-        room -= take
-        if is_prompt:
-            break
-    return plan
+@dataclass
+class _Task:
+    """Work to run on the decoding thread between two calls, and its outcome."""
+
+    work: Callable[[], Any]
+    result: Any = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Batcher:
@@ -113,11 +107,14 @@ class Batcher:
             raise ValueError(f"budget and prompt_call must be >= 1, got {budget}, {prompt_call}")
         self.context, self.budget, self.prompt_call = context, budget, prompt_call
         self._posts: list[_Post] = []
+        self._tasks: list[_Task] = []
         self._ready = threading.Condition()
         self._decoding_thread = threading.get_ident()  # the thread that steps it: its creator
         self._members = 0  # requests running on the slots (each posts, waits, works, posts)
+        self._interruptible = False  # a call in flight reads no prompt (see decode)
         self.steps = 0  #: decodes run
         self.shared_steps = 0  #: decodes that fed more than one slot's rows
+        self.interrupted = 0  #: decodes interrupted for a newcomer's prompt, then fed again
 
     def decode(self, rows: list[Row]) -> np.ndarray:
         """Post ``rows`` (any thread) and wait until :meth:`step` fed them; the logits of their
@@ -128,6 +125,8 @@ class Batcher:
         post = _Post(list(rows))
         with self._ready:
             self._posts.append(post)
+            if post.is_prompt:
+                self._make_way()
             self._ready.notify_all()
         post.done.wait()
         if post.error is not None:
@@ -135,6 +134,41 @@ class Batcher:
         if len(post.logits) == 1:
             return post.logits[0]
         return np.concatenate(post.logits or [np.empty((0, self.context.vocab_size), np.float32)])
+
+    def between_calls(self, work: Callable[[], Any]) -> Any:
+        """Run ``work`` (llama.cpp calls on the contexts stepped with this batcher: cutting or
+        copying a slot's cells) on the decoding thread before the next call, interrupting a call
+        in flight that reads no prompt, and return what it returns. From the decoding thread
+        itself, at once."""
+        if threading.get_ident() == self._decoding_thread:
+            return work()
+        task = _Task(work)
+        with self._ready:
+            self._tasks.append(task)
+            self._make_way()
+            self._ready.notify_all()
+        task.done.wait()
+        if task.error is not None:
+            raise task.error
+        return task.result
+
+    def _make_way(self) -> None:
+        """Interrupt the call in flight if it reads no prompt (called holding the lock)."""
+        if self._interruptible:
+            self.context.interrupt()
+            self._interruptible = False
+
+    def _run_tasks(self) -> bool:
+        """Run the tasks posted (:meth:`between_calls`); whether there were any."""
+        with self._ready:
+            tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            try:
+                task.result = task.work()
+            except BaseException as error:  # re-raised in the thread that asked
+                task.error = error
+            task.done.set()
+        return bool(tasks)
 
     @contextlib.contextmanager
     def member(self) -> Iterator[None]:
@@ -167,28 +201,27 @@ class Batcher:
 
     def step(self) -> bool:
         """Feed one call's worth of what is posted (on the decoding thread); False if nothing
-        was."""
-        with self._ready:
-            posts = list(self._posts)
-            # a batcher without members (a draft's: requests count on the target's) never
-            # knows that nobody is about to decode
-            all_posted = 0 < self._members <= len(posts)
-        if not posts:
-            return False
-        waiting = [(post.is_prompt, post.left) for post in posts]
-        parts = [
-            (posts[i], posts[i].rows[posts[i].fed : posts[i].fed + take])
-            for i, take in plan_call(waiting, self.budget, self.prompt_call, all_posted)
-        ]
-        parts.sort(key=lambda part: part[1][0].seqs)  # see the module docstring: by sequence
+        was (tasks posted run first: :meth:`between_calls`)."""
+        ran = self._run_tasks()
+        parts = self._next_call()
+        if not parts:
+            return ran
         batch = [row for _, chunk in parts for row in chunk]
         try:
             logits = self.context.decode(batch)
+        except Interrupted:  # a newcomer's prompt came: nothing fed, its rows go again
+            self._drop(batch)
+            self.interrupted += 1
+            return True
         except Exception as error:  # every waiting slot hears it; the stepper goes on
             for post, _ in parts:
                 post.error = error
                 self._finish(post)
             return True
+        finally:
+            with self._ready:
+                self._interruptible = False
+                self.context.clear_interrupt()
         self.steps += 1
         self.shared_steps += len(parts) > 1
         at = 0
@@ -201,6 +234,36 @@ class Batcher:
             if not post.left:
                 self._finish(post)
         return True
+
+    def _next_call(self) -> list[tuple[_Post, list[Row]]]:
+        """The next call's posts and the rows fed of each, by sequence (see the module
+        docstring), as :func:`plan_call` chooses; from then on, a prompt posted interrupts the
+        call if it reads no prompt. One hold of the lock: no prompt comes unseen between."""
+        with self._ready:
+            posts = list(self._posts)
+            # a batcher without members (a draft's: requests count on the target's) never
+            # knows that nobody is about to decode
+            all_posted = 0 < self._members <= len(posts)
+            waiting = [(post.is_prompt, post.left) for post in posts]
+            parts = [
+                (posts[i], posts[i].rows[posts[i].fed : posts[i].fed + take])
+                for i, take in plan_call(waiting, self.budget, self.prompt_call, all_posted)
+            ]
+            self.context.clear_interrupt()
+            self._interruptible = self.context.interruptible and not any(
+                post.is_prompt for post, _ in parts
+            )
+        return sorted(parts, key=lambda part: part[1][0].seqs)
+
+    def _drop(self, batch: list[Row]) -> None:
+        """Drop every cell an interrupted call of ``batch`` kept (llama.cpp dropped only those
+        of the micro-batch it stopped in): each sequence's cells from its first row's position."""
+        first: dict[int, int] = {}
+        for row in batch:
+            for seq in row.seqs:
+                first[seq] = min(first.get(seq, row.position), row.position)
+        for seq, position in first.items():
+            self.context.forget(seq, position)
 
     def _finish(self, post: _Post) -> None:
         with self._ready:
@@ -231,10 +294,11 @@ class Stepper:
                 pass  # everyone still waits for rows (a prompt read in chunks): step again
 
     def _posts(self) -> int:
-        return sum(len(batcher._posts) for batcher in self.batchers)
+        return sum(len(batcher._posts) + len(batcher._tasks) for batcher in self.batchers)
 
     def _gathered(self) -> bool:
-        return self._posts() >= self.batchers[0]._members
+        tasks = any(batcher._tasks for batcher in self.batchers)  # a newcomer's: at once
+        return tasks or self._posts() >= self.batchers[0]._members
 
     def _all_posted(self) -> bool:
         with self.batchers[0]._ready:
