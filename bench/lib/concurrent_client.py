@@ -87,14 +87,34 @@ def workload_requests(counts: dict[str, int], seed: int, temperature: float) -> 
     ]
 
 
-def probe_requests(n_long: int, seed: int, avoid: set[str]) -> tuple[list[Request], Request]:
-    """The second user's probe: ``n_long`` long answers (code edits renaming a function, whole
-    code back) on tasks outside ``avoid``, and one short MT-bench question; greedy."""
+#: The second user's short questions, one a probe (a server keeps prompts it has read).
+QUESTIONS = (
+    "In one sentence: what is the capital of France, and why is it famous?",
+    "In one sentence: why is the sky blue?",
+    "In one sentence: what does a compiler do?",
+    "In one sentence: who wrote Hamlet, and when?",
+    "In one sentence: what is photosynthesis?",
+    "In one sentence: why do ships float?",
+    "In one sentence: what is a prime number?",
+    "In one sentence: how far is the Moon from the Earth?",
+)
+
+
+def probe_requests(
+    n_long: int, seed: int, avoid: set[str], n_short: int = 1
+) -> tuple[list[Request], list[Request]]:
+    """The second user's probes: ``n_long`` long answers (code edits renaming a function, whole
+    code back) on tasks outside ``avoid``, and ``n_short`` short questions, each another of
+    :data:`QUESTIONS`; greedy."""
+    if not 1 <= n_short <= len(QUESTIONS):
+        raise ValueError(f"n_short must be 1 to {len(QUESTIONS)}, got {n_short}")
     edits = [(n, b) for n, b in _code_edits(n_long + len(avoid), seed + 7919) if n not in avoid]
     longs = [Request(f"long {n}", "code-edit", b) for n, b in edits[:n_long]]
-    question = "In one sentence: what is the capital of France, and why is it famous?"
-    short = Request("short", "mtbench", {"messages": [{"role": "user", "content": question}]})
-    return longs, short
+    shorts = [
+        Request(f"short {i}", "mtbench", {"messages": [{"role": "user", "content": question}]})
+        for i, question in enumerate(QUESTIONS[:n_short])
+    ]
+    return longs, shorts
 
 
 def with_sampling(variant: Variant, request: Request) -> Variant:

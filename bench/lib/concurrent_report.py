@@ -69,7 +69,10 @@ def summarize(results: dict) -> dict[str, dict[str, dict[str, object]]]:
             for key in ("tokens_per_second", "ttft_median_s", "ttft_p95_s"):
                 row[key], row[f"{key}_range"] = _median_and_range([f[key] for f in figures])
             row["no_text"] = sum(f["no_text"] for f in figures)
-            row["second_user"] = _second_user_median([run.get("second_user") for run in repeats])
+            row["second_user"] = _second_user_median(
+                [probe for run in repeats for probe in run.get("second_users", [])]
+                + [run["second_user"] for run in repeats if "second_user" in run]  # one a run
+            )
             records = [record for run in repeats for record in run["records"]]
             row["identity"] = identity(records, solo)
             table.setdefault(name, {})[clients] = row
@@ -84,8 +87,8 @@ def _median_and_range(values: list[float | None]) -> tuple[float | None, list[fl
 
 
 def _second_user_median(probes: list[dict[str, object] | None]) -> dict[str, object] | None:
-    """The repeats' probes as one: the median first token, every repeat's, and whether a long
-    answer still streamed at the first token in every repeat."""
+    """Every repeat's probes as one: the median first token, every probe's, and whether a long
+    answer still streamed at the first token of every probe."""
     probes = [p for p in probes if p is not None]
     if not probes:
         return None

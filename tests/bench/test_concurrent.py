@@ -116,6 +116,7 @@ def test_repeats_give_medians_their_range_and_identity_over_every_answer(report)
     results = {"solo": {"ours": [{"name": "a", "text": "x"}]}, "runs": {"ours": {"2": runs}}}
     row = report.summarize(results)["ours"]["2"]
     assert row["repeats"] == 3
+    assert row["second_user"]["ttft_s"] == pytest.approx(0.5)
     assert row["tokens_per_second"] == pytest.approx(20.0)
     assert row["tokens_per_second_range"] == pytest.approx([10.0, 40.0])
     assert row["ttft_median_s"] == pytest.approx(0.4)
@@ -123,3 +124,15 @@ def test_repeats_give_medians_their_range_and_identity_over_every_answer(report)
     assert row["second_user"]["runs_s"] == pytest.approx([0.3, 0.5, 0.9])
     assert row["identity"]["greedy"] == {"same": 2, "total": 3, "differing": ["a"]}
     assert report._rate(row) == "20.0 (10.0-40.0)"
+
+
+def test_several_probes_a_run_count_as_one_sample(report):
+    """With ``--probes``, a run holds a list of probes: the median is over every probe of every
+    repeat."""
+    probes = [{"ttft_s": s, "longs_streaming_at_first_token": 1} for s in (0.9, 0.3, 0.5, 0.2)]
+    records = [record("a", "greedy", "x", 0.0, 1.0, 40, 0.2)]
+    runs = [{"records": records, "second_users": chunk} for chunk in (probes[:3], probes[3:])]
+    results = {"solo": {"ours": [{"name": "a", "text": "x"}]}, "runs": {"ours": {"2": runs}}}
+    second = report.summarize(results)["ours"]["2"]["second_user"]
+    assert second["ttft_s"] == pytest.approx(0.4)
+    assert second["runs_s"] == [0.2, 0.3, 0.5, 0.9]
