@@ -66,13 +66,16 @@ from spec_decode.backends import assembly, registry
 from spec_decode.certify.local_server import free_port
 
 OURS, OURS_PLAIN = "ours default", "ours target-only"
+#: The name suffix of ours from another checkout (``--before``), run beside ours.
+BEFORE = " (before)"
 #: Record fields left out of the results (bulky, or repeated in the summary).
 DROPPED = ("server_timings",)
 
 
 def variants(args: argparse.Namespace) -> list[Variant]:
     """llama-server target-only and ngram-simple, and ours with and without drafting (what
-    speculation adds on our own server), each with ``--slots`` slots."""
+    speculation adds on our own server), each with ``--slots`` slots; with ``--before``, ours
+    twice more, from that checkout."""
     fields = {"ignore_eos": True} if args.ignore_eos else {}
     ours = ("--parallel", str(args.slots), *shlex.split(args.ours_args))
     theirs = tuple(shlex.split(args.llama_args))
@@ -82,6 +85,8 @@ def variants(args: argparse.Namespace) -> list[Variant]:
         Variant(OURS_PLAIN, "ours", (*ours, "--draft", "none"), fields),
         Variant(OURS, "ours", ours, fields),
     ]
+    if args.before:  # the same, served by another checkout
+        chosen += [dataclasses.replace(v, name=v.name + BEFORE) for v in chosen[2:]]
     if args.variants:
         wanted = [name.strip() for name in args.variants.split(";")]
         unknown = set(wanted) - {v.name for v in chosen}
@@ -96,6 +101,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--llama-server", type=Path, help="the llama-server binary")
     parser.add_argument("--ours-command", default="spec-decode serve")
     parser.add_argument("--ours-args", default="", help="more arguments for our server")
+    parser.add_argument(
+        "--before", help="another checkout's serve command: its variants run beside ours"
+    )
     parser.add_argument(
         "--llama-args", default="", help="more arguments for llama-server (e.g. '-fa off')"
     )
@@ -169,7 +177,9 @@ class Servers:
             threads=self.args.threads,
             ctx=ctx,
             llama_server=self.args.llama_server,
-            ours_command=self.args.ours_command,
+            ours_command=self.args.before
+            if variant.name.endswith(BEFORE)
+            else self.args.ours_command,
         )
         if variant.engine == "llama-server":  # server_command gives it one slot
             command[command.index("-np") + 1] = str(self.args.slots)

@@ -175,7 +175,7 @@ def test_a_prompt_post_interrupts_only_a_call_that_reads_no_prompt(gguf):
     context.close()
 
 
-def test_work_between_calls_runs_on_the_decoding_thread_and_interrupts(gguf):
+def test_work_between_calls_interrupts_a_call_and_runs_before_the_next(gguf):
     context = LlamaContext(gguf, n_threads=2, n_ctx=WINDOW, n_seq=2, unified=False)
     batcher = Batcher(context)
     batcher._interruptible = True
@@ -187,7 +187,7 @@ def test_work_between_calls_runs_on_the_decoding_thread_and_interrupts(gguf):
     assert context._stop.value == 1 and not ran_on
     assert batcher.step() and ran_on == [1]  # no rows posted: the task alone
     asker.join()
-    assert batcher.between_calls(lambda: 42) == 42  # from the decoding thread: at once
+    assert batcher.between_calls(lambda: 42) == 42  # no call in flight: at once
     with pytest.raises(ZeroDivisionError):
         batcher.between_calls(lambda: 1 / 0)
     context.close()

@@ -5,7 +5,7 @@ Each slot is a :class:`~.model.LlamaCppModel` on a sequence of its own of a shar
 When a slot needs rows it posts them (:meth:`Batcher.decode`) and waits. One thread runs
 :meth:`Batcher.step` over and over (llama.cpp keeps a team of OpenMP threads for each calling
 thread, so every decode comes from one): each step feeds what the slots have posted in ONE
-``llama_decode``, as :func:`plan_call` chooses, and hands each slot its rows.
+``llama_decode``, as :func:`~.call_plan.plan_call` chooses, and hands each slot its rows.
 
 - While a slot decodes, a call holds at most :attr:`Batcher.budget` tokens: verification blocks
   first, then the prompt with the fewest tokens left in a chunk of what the budget leaves. A long
@@ -37,7 +37,7 @@ micro-batch is bitwise the one-token row whatever else its call holds
 (:func:`~.kernels.invariant_batch_size`), and with cells of its own a row's attention sums over
 its own sequence only, so a request's rows, and so its output, are those it gets alone, however
 its prompt and blocks were cut and whatever call was interrupted (``tests/backends/test_slots.py``
-certifies it, and shows a unified cache failing).
+and ``test_interrupt.py`` certify it, and show a unified cache and kept cells failing).
 """
 
 from __future__ import annotations
@@ -137,16 +137,21 @@ class Batcher:
 
     def between_calls(self, work: Callable[[], Any]) -> Any:
         """Run ``work`` (llama.cpp calls on the contexts stepped with this batcher: cutting or
-        copying a slot's cells) on the decoding thread before the next call, interrupting a call
-        in flight that reads no prompt, and return what it returns. From the decoding thread
-        itself, at once."""
-        if threading.get_ident() == self._decoding_thread:
-            return work()
-        task = _Task(work)
+        copying a slot's cells) and return what it returns. While a call that reads no prompt is
+        in flight, interrupt it and run ``work`` on the decoding thread before the next call (run
+        here, it would wait for the lock of a call started after it); otherwise here and now,
+        waiting for a call that reads a prompt to end (interrupting that would delay another
+        newcomer's first token)."""
         with self._ready:
-            self._tasks.append(task)
-            self._make_way()
-            self._ready.notify_all()
+            if not self._interruptible:
+                task = None
+            else:
+                task = _Task(work)
+                self._tasks.append(task)
+                self._make_way()
+                self._ready.notify_all()
+        if task is None:
+            return work()
         task.done.wait()
         if task.error is not None:
             raise task.error
