@@ -255,8 +255,10 @@ class Batcher:
                 for i, take in plan_call(waiting, self.budget, self.prompt_call, all_posted)
             ]
             self.context.clear_interrupt()
-            self._interruptible = self.context.interruptible and not any(
-                post.is_prompt for post, _ in parts
+            self._interruptible = (
+                self.context.interruptible
+                and bool(parts)
+                and not any(post.is_prompt for post, _ in parts)
             )
         return sorted(parts, key=lambda part: part[1][0].seqs)
 
