@@ -26,11 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.lib
 
 from bench.lib.concurrent_client import QUESTIONS, probe_requests, second_user
+from bench.lib.concurrent_servers import BEFORE, Servers, variants
 from bench.lib.machine import machine
 from bench.lib.results import write_results
 from bench.lib.servers import Server
 from bench.lib.summaries import quantiles
-from bench.serving.concurrent_users import BEFORE, Servers, variants
 
 
 def parse_args() -> argparse.Namespace:
