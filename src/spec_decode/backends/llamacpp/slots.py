@@ -13,9 +13,10 @@ thread, so every decode comes from one): each step feeds what the slots have pos
   prompt waits, a block is fed one row a call (its other rows follow in later calls): a block
   drafted before the prompt came must not delay its first token.
 - A newcomer does not wait for a call in flight that reads no prompt: cutting or copying its
-  slot's cells (:meth:`Batcher.between_calls`, run on the decoding thread between two calls) and
-  posting its prompt each interrupt that call (:meth:`~.context.LlamaContext.interrupt`, on the
-  exact-rows build), whose cells are dropped and whose rows are fed again.
+  slot's cells (:meth:`Batcher.between_calls`, then run on the decoding thread before the next
+  call) and posting its prompt each interrupt that call
+  (:meth:`~.context.LlamaContext.interrupt`, on the exact-rows build), whose cells are dropped and
+  whose rows are fed again.
 - While every running request waits for a prompt (nobody decodes), the shortest is read in one
   call of up to :attr:`Batcher.prompt_call` tokens, as alone: a call of many rows costs less a
   row than several calls of fewer.
@@ -111,10 +112,10 @@ class Batcher:
         self._ready = threading.Condition()
         self._decoding_thread = threading.get_ident()  # the thread that steps it: its creator
         self._members = 0  # requests running on the slots (each posts, waits, works, posts)
-        self._interruptible = False  # a call in flight reads no prompt (see decode)
+        self._interruptible = False  # a call in flight reads no prompt (see _next_call)
         self.steps = 0  #: decodes run
         self.shared_steps = 0  #: decodes that fed more than one slot's rows
-        self.interrupted = 0  #: decodes interrupted for a newcomer's prompt, then fed again
+        self.interrupted = 0  #: decodes a newcomer interrupted, then fed again
 
     def decode(self, rows: list[Row]) -> np.ndarray:
         """Post ``rows`` (any thread) and wait until :meth:`step` fed them; the logits of their
@@ -214,7 +215,7 @@ class Batcher:
         batch = [row for _, chunk in parts for row in chunk]
         try:
             logits = self.context.decode(batch)
-        except Interrupted:  # a newcomer's prompt came: nothing fed, its rows go again
+        except Interrupted:  # a newcomer came: nothing fed, the rows go again
             self._drop(batch)
             self.interrupted += 1
             return True
