@@ -256,11 +256,8 @@ class Batcher:
                 for i, take in plan_call(waiting, self.budget, self.prompt_call, all_posted)
             ]
             self.context.clear_interrupt()
-            self._interruptible = (
-                self.context.interruptible
-                and bool(parts)
-                and not any(post.is_prompt for post, _ in parts)
-            )
+            reads_prompt = any(post.is_prompt for post, _ in parts)
+            self._interruptible = self.context.interruptible and bool(parts) and not reads_prompt
         return sorted(parts, key=lambda part: part[1][0].seqs)
 
     def _drop(self, batch: list[Row]) -> None:
@@ -296,17 +293,19 @@ class Stepper:
         ready = self.batchers[0]._ready
         while not self._stopped:
             with ready:
-                ready.wait_for(lambda: self._stopped or self._posts() > 0, timeout=1.0)
+                ready.wait_for(lambda: self._stopped or self._tasks() or self._posts(), timeout=1.0)
                 ready.wait_for(lambda: self._stopped or self._gathered(), timeout=GATHER_S)
             while any([batcher.step() for batcher in self.batchers]) and self._all_posted():
                 pass  # everyone still waits for rows (a prompt read in chunks): step again
 
     def _posts(self) -> int:
-        return sum(len(batcher._posts) + len(batcher._tasks) for batcher in self.batchers)
+        return sum(len(batcher._posts) for batcher in self.batchers)
 
-    def _gathered(self) -> bool:
-        tasks = any(batcher._tasks for batcher in self.batchers)  # a newcomer's: at once
-        return tasks or self._posts() >= self.batchers[0]._members
+    def _tasks(self) -> bool:
+        return any(batcher._tasks for batcher in self.batchers)
+
+    def _gathered(self) -> bool:  # a newcomer's task (interrupting a call) runs at once
+        return self._tasks() or self._posts() >= self.batchers[0]._members
 
     def _all_posted(self) -> bool:
         with self.batchers[0]._ready:
