@@ -29,7 +29,7 @@ from kquant_gguf import write_kquant_gguf
 
 from spec_decode import SamplingParams, generate_autoregressive
 from spec_decode.backends.llamacpp import LlamaCppModel
-from spec_decode.backends.llamacpp.exact_rows import row_mismatches
+from spec_decode.backends.llamacpp.exact_rows import bitwise_equal_rows, row_mismatches
 from spec_decode.backends.llamacpp.kernels import (
     exact_block_size,
     invariant_batch_size,
@@ -37,6 +37,7 @@ from spec_decode.backends.llamacpp.kernels import (
     patched_exact_rows,
 )
 from spec_decode.backends.llamacpp.library import own_library_folder
+from spec_decode.backends.llamacpp.raw import RawContext
 from spec_decode.certify.identity import identity_certificate, target_only_run
 from spec_decode.core.coupled import coupled_rule
 from spec_decode.drafting.speculative import generate_speculative
@@ -136,14 +137,24 @@ def test_the_check_fails_on_the_stock_build(kquant_gguf):
 
 
 @needs_patched
-def test_the_check_fails_where_attention_is_not_batch_invariant(kquant_gguf):
-    """The negative control every build can run: with flash attention on and a cache past 256
-    cells, attention tiles the keys differently for a block than for one row, and the check
-    finds every block row different (the backend keeps flash attention off for this reason)."""
-    result = row_mismatches(kquant_gguf, blocks=(2, 4, 16), prompt_len=300, flash_attention=True)
-    assert all(r["rows"] == list(range(size)) for size, r in result.items()), result
-    clean = row_mismatches(kquant_gguf, blocks=(2, 4, 16), prompt_len=300)
-    assert not any(r["rows"] for r in clean.values()), clean
+def test_the_check_fails_where_attention_sums_in_another_order(kquant_gguf):
+    """The negative control every build can run: a block scored past 256 cells with flash
+    attention on and with it off (attention's sums in another order) gives other rows in every
+    row, while the check finds each setting's blocks exact (on this build flash attention runs
+    one row at a time, so the backend turns it on)."""
+
+    def block(flash_attention: bool) -> np.ndarray:
+        tokens = np.random.default_rng(5).integers(3, 200, size=316).tolist()
+        with RawContext(kquant_gguf, n_ctx=400, flash_attention=flash_attention) as raw:
+            raw.decode(tokens[:300], 0)
+            return raw.decode(tokens[300:], 300)
+
+    assert not bitwise_equal_rows(block(True), block(False)).any()
+    for flash_attention in (True, False):
+        result = row_mismatches(
+            kquant_gguf, blocks=(2, 4, 16), prompt_len=300, flash_attention=flash_attention
+        )
+        assert not any(r["rows"] for r in result.values()), result
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,11 @@
 On the exact-rows build, with a tiny K-quant GGUF laid out like the packaged target:
 
 - rows of a sequence fed in calls shared with other sequences' rows (prompt chunks, blocks of
-  any size, in any order) are bitwise its rows fed alone, when each sequence has cells of its own;
-- the negative control: in a unified cache the same schedule gives other rows (other
-  sequences' cells interleave with its own and change the order of attention's sums);
+  any size, in any order, rejected tails dropped or not) are bitwise its rows fed alone, with
+  cells of its own and in one unified cache (where the build keeps each sequence's cells in
+  order and its flash attention visits them one row at a time);
+- the negative control: in a unified cache without that attention the same schedule gives other
+  rows (other sequences' cells interleave with its own and change the order of attention's sums);
 - requests run on threads, posting to a :class:`Batcher` stepped by one thread, with random
   arrival times, give each its solo output: greedy, speculative greedy, and seeded T = 0.7
   under the coupled rule;
@@ -34,7 +36,7 @@ from kquant_gguf import VOCAB, write_kquant_gguf
 from spec_decode import SamplingParams, generate_autoregressive
 from spec_decode.backends.llamacpp import LlamaCppModel
 from spec_decode.backends.llamacpp.call_plan import plan_call
-from spec_decode.backends.llamacpp.context import LlamaContext, Row
+from spec_decode.backends.llamacpp.context import LlamaContext, NoRoom, Row
 from spec_decode.backends.llamacpp.exact_rows import shared_call_mismatches
 from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
 from spec_decode.backends.llamacpp.slots import Batcher, open_slots
@@ -54,20 +56,29 @@ def gguf(tmp_path_factory) -> Path:
     return write_kquant_gguf(tmp_path_factory.mktemp("slots") / "kquant.gguf")
 
 
-@pytest.mark.parametrize(("unified", "seed"), [(False, 0), (False, 1), (True, 0)])
-def test_shared_calls_give_each_sequence_its_solo_rows_only_with_cells_of_its_own(
-    gguf, unified, seed
-):
-    """Three streams share calls of 0 to 24 tokens each (prompt chunks and blocks alike, in a
-    random order of sequences); every row is bitwise the stream's row alone, unless the cache
-    is unified (the negative control: the check can fail, and does here)."""
+def streams_of(seed: int) -> list[list[int]]:
     rng = np.random.default_rng(100 + seed)
-    streams = [rng.integers(3, VOCAB, size=int(rng.integers(40, 120))).tolist() for _ in "abc"]
-    differing = shared_call_mismatches(gguf, streams, seed, unified=unified)
-    if unified:
-        assert any(differing)
-    else:
-        assert not any(differing), [len(d) for d in differing]
+    return [rng.integers(3, VOCAB, size=int(rng.integers(40, 120))).tolist() for _ in "abc"]
+
+
+@pytest.mark.parametrize(
+    ("unified", "drops", "seed"),
+    [(False, False, 0), (False, True, 1), (True, False, 0), (True, True, 1)],
+)
+def test_shared_calls_give_each_sequence_its_solo_rows(gguf, unified, drops, seed):
+    """Three streams share calls of 0 to 24 tokens each (prompt chunks and blocks alike, in a
+    random order of sequences), with cells of their own or in one unified cache, rejected tails
+    dropped after each call or not: every row is bitwise the stream's row alone."""
+    differing = shared_call_mismatches(
+        gguf, streams_of(seed), seed, unified=unified, drop_tails=drops
+    )
+    assert not any(differing), [len(d) for d in differing]
+
+
+def test_a_unified_cache_without_row_by_row_attention_gives_other_rows(gguf):
+    """The negative control: the check can fail, and does where attention sums over every cell
+    of a unified cache (flash attention off) rather than visiting a row's own cells in order."""
+    assert any(shared_call_mismatches(gguf, streams_of(0), 0, unified=True, flash_attention=False))
 
 
 def run_together(batchers: Sequence[Batcher], jobs: Sequence[Callable[[], object]], seed: int):
@@ -265,3 +276,28 @@ def test_a_copy_holds_no_more_than_the_donor_has(two_slots):
     assert taker.adopt(donor, list(range(10, 60))) == 20
     donor.reset()
     assert taker.adopt(donor, list(range(10, 60))) == 0
+
+
+def test_a_call_llama_cpp_finds_no_cells_for_is_read_again_from_an_empty_cache(
+    two_slots, solo, monkeypatch
+):
+    """Where llama.cpp finds no free cells for a call (:class:`NoRoom`: in a unified cache a
+    sequence's next token must lie after its last cell, and free cells may lie only before it),
+    the slot drops its cache and reads its whole sequence again: the same rows as alone."""
+    model = two_slots[0]
+    prompt = np.random.default_rng(11).integers(3, VOCAB, size=70).tolist()
+    model.reset()
+    model.next_dist(prompt[:40])
+    decode, refused = model._context.decode, []
+
+    def no_room_once(rows):
+        if not refused:
+            refused.append(len(rows))
+            raise NoRoom("no free cells")
+        return decode(rows)
+
+    monkeypatch.setattr(model._context, "decode", no_room_once)
+    rows = model.score(prompt[:60], prompt[60:])
+    assert refused == [30]  # the 30 tokens the cache lacked, refused; then all 70 read again
+    assert np.array_equal(rows, solo[0].score(prompt[:60], prompt[60:]))
+    assert model.cache_length == 70

@@ -41,13 +41,15 @@ def test_alone_plans_as_without_a_shared_call():
         assert alone.plan(CODE, trace, 16) == solo.plan(CODE, trace, 16)
 
 
-def beside(*others, reading_prompt: bool = False, budget: int | None = None) -> int:
+def beside(
+    *others, reading_prompt: bool = False, budget: int | None = None, one_pass: bool = False
+) -> int:
     """The k planned deep in a copy beside requests offering ``others`` (an offer, or "copy":
     the same offer as this request's own)."""
 
     def share(offer):
         offers = tuple(offer if other == "copy" else other for other in others)
-        return SharedCall((offer, *offers), 0, reading_prompt, budget)
+        return SharedCall((offer, *offers), 0, reading_prompt, budget, one_pass=one_pass)
 
     return replace(planner(CALL, k_max=16), share=share).plan(CODE, COPYING, 16).k
 
@@ -55,6 +57,16 @@ def beside(*others, reading_prompt: bool = False, budget: int | None = None) -> 
 def test_a_copying_request_bets_short_beside_plain_decoders():
     assert beside() >= 15  # alone, a long copy pays
     assert beside(fixed(1), fixed(1), fixed(1)) <= 2  # three plain decoders would each wait
+
+
+def test_on_one_pass_a_copying_request_bets_beside_a_plain_decoder():
+    """On a unified cache a block beside a single token costs its rows, not a pass of its own:
+    a copy bets long beside a plain decoder, which split passes would make it leave alone."""
+    assert beside(fixed(1)) <= 2
+    assert beside(fixed(1), one_pass=True) >= 8
+    assert beside(fixed(4), fixed(1), fixed(1), one_pass=True) > beside(
+        fixed(4), fixed(1), fixed(1)
+    )
 
 
 def test_requests_that_all_copy_bet_long_together():
@@ -103,6 +115,8 @@ def test_a_call_costs_a_pass_for_every_split_llama_cpp_makes():
     assert call_seconds(CALL, [0, 3]) == c(3)
     assert call_seconds(CALL, [1, 0, 1, 1]) == pytest.approx(c(1) + c(2))  # ids not consecutive
     assert call_seconds(CALL, [1, 5, 1, 5]) == pytest.approx(3 * c(4))  # not c(4) + c(8)
+    assert call_seconds(CALL, [1, 16, 1, 1], one_pass=True) == c(19)  # a unified cache
+    assert call_seconds(CALL, [1, 0, 1, 1], one_pass=True) == c(3)
 
 
 def split_equal(rows: list[int]) -> list[int]:
@@ -152,7 +166,8 @@ def test_every_option_is_valued_as_the_objective_says():
         seqs = sorted(rng.sample(range(6), len(offers)))  # the slots' sequence ids, holes too
         picks = [rng.randrange(len(offer)) for offer in offers]
         i = rng.randrange(len(offers))
-        values = _Call(CALL, offers, budget, seqs).values(i, picks)
+        one_pass = rng.random() < 0.5
+        values = _Call(CALL, offers, budget, seqs, one_pass).values(i, picks)
         for p, value in enumerate(values):
             chosen = [
                 offer[q] for offer, q in zip(offers, (*picks[:i], p, *picks[i + 1 :]), strict=True)
@@ -164,6 +179,6 @@ def test_every_option_is_valued_as_the_objective_says():
             by_seq = [0] * 6
             for seq, option in zip(seqs, chosen, strict=True):
                 by_seq[seq] = option.rows
-            seconds = call_seconds(CALL, by_seq) + sum(o.draft_seconds for o in chosen)
+            seconds = call_seconds(CALL, by_seq, one_pass) + sum(o.draft_seconds for o in chosen)
             expected = sum(math.log(o.expected) for o in chosen) - len(chosen) * math.log(seconds)
             assert value == pytest.approx(expected, rel=1e-12, abs=1e-12)

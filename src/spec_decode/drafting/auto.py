@@ -176,7 +176,9 @@ class AutoPlanner:
                 if option.rate(self.costs.target) > best.rate(self.costs.target):
                     best = option
         else:
-            picks = joint_plan(self.costs, shared.offers, shared.budget, shared.seqs)
+            picks = joint_plan(
+                self.costs, shared.offers, shared.budget, shared.seqs, shared.one_pass
+            )
             best = offer[picks[shared.mine]]
         return Plan(best.drafter, best.rows - 1, proposals)
 

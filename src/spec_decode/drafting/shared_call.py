@@ -21,10 +21,12 @@ micro-batches, each a pass of its own over the weights (:func:`split_passes`): a
 the sequences with rows left from the lowest id on while their ids are consecutive, and as many
 rows from each as the fewest of them has. One token from each of four sequences is one pass; a
 block of 16 beside three single tokens is two, the second as dear as the block alone; single
-tokens of sequences 0, 2 and 3 are two passes, since sequence 1 has none. A call holds at most
-``budget`` rows (the exact block size: more would not score exactly), so a joint plan never asks
-for more; and while a request reads its prompt every drafted row would take the place of one of
-its prompt tokens, so nobody drafts and speculation never delays a neighbour's first token.
+tokens of sequences 0, 2 and 3 are two passes, since sequence 1 has none. On one unified cache
+(the exact-rows build's slots) a call is one pass whatever its rows (``one_pass``). A call holds
+at most ``budget`` rows (the exact block size: more would not score exactly), so a joint plan
+never asks for more; and while a request reads its prompt every drafted row would take the place
+of one of its prompt tokens, so nobody drafts and speculation never delays a neighbour's first
+token.
 """
 
 from __future__ import annotations
@@ -62,14 +64,16 @@ Offer = tuple[Option, ...]
 @dataclass(frozen=True)
 class SharedCall:
     """Every running request's offer, in one order all of them see (``mine`` is the asking
-    request's), whether one of them is still reading its prompt, the most rows a call holds, and
-    each offer's sequence id, increasing (empty: 0, 1, 2, ...)."""
+    request's), whether one of them is still reading its prompt, the most rows a call holds,
+    each offer's sequence id, increasing (empty: 0, 1, 2, ...), and whether a call is one pass
+    whatever its rows (a unified cache) rather than llama.cpp's split by sequence."""
 
     offers: tuple[Offer, ...] = ()
     mine: int = 0
     reading_prompt: bool = False
     budget: int | None = None
     seqs: tuple[int, ...] = ()
+    one_pass: bool = False
 
     @property
     def alone(self) -> bool:
@@ -103,9 +107,11 @@ def split_passes(rows: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(passes)
 
 
-def call_seconds(costs: CostCurve, rows: Sequence[int]) -> float:
-    """Seconds of one call scoring ``rows[s]`` rows of sequence s (0: none), a pass for each
-    of :func:`split_passes`."""
+def call_seconds(costs: CostCurve, rows: Sequence[int], one_pass: bool = False) -> float:
+    """Seconds of one call scoring ``rows[s]`` rows of sequence s (0: none): one pass where
+    ``one_pass``, else a pass for each of :func:`split_passes`."""
+    if one_pass:
+        return costs.target(sum(rows)) if any(rows) else 0.0
     return sum(costs.target(n) for n in split_passes(tuple(rows)))
 
 
@@ -114,12 +120,14 @@ def joint_plan(
     offers: Sequence[Offer],
     budget: int | None = None,
     seqs: Sequence[int] = (),
+    one_pass: bool = False,
 ) -> list[int]:
     """The option of each offer (its index) that together maximise the product of the
     requests' token rates, within ``budget`` rows a call, the offers feeding sequences ``seqs``
-    (increasing; empty: 0, 1, 2, ...): coordinate ascent from everyone's first option and from
-    everyone's best option alone, in the offers' order (deterministic)."""
-    call = _Call(costs, offers, budget, seqs or range(len(offers)))
+    (increasing; empty: 0, 1, 2, ...), a call being one pass where ``one_pass``: coordinate
+    ascent from everyone's first option and from everyone's best option alone, in the offers'
+    order (deterministic)."""
+    call = _Call(costs, offers, budget, seqs or range(len(offers)), one_pass)
     solo = [
         max(range(len(offer)), key=lambda p, o=offer: (o[p].rate(costs.target), -p))
         for offer in offers
@@ -144,7 +152,12 @@ class _Call:
     every sweep, and all of that runs between two decodes."""
 
     def __init__(
-        self, costs: CostCurve, offers: Sequence[Offer], budget: int | None, seqs: Sequence[int]
+        self,
+        costs: CostCurve,
+        offers: Sequence[Offer],
+        budget: int | None,
+        seqs: Sequence[int],
+        one_pass: bool = False,
     ) -> None:
         if len(seqs) != len(offers) or any(b <= a for a, b in pairwise(seqs)):
             raise ValueError(f"need one increasing sequence id per offer, got {list(seqs)}")
@@ -155,12 +168,12 @@ class _Call:
         most = sum(int(rows.max()) for rows in self.rows)  # no call prices more rows
         self.most = most if budget is None else min(most, budget)  # beyond: never chosen
         self.price = np.array([0.0] + [costs.target(n) for n in range(1, self.most + 1)])
-        self.budget = budget
+        self.budget, self.one_pass = budget, one_pass
         self.run_length, self.left, self.right = _runs(self.seqs[-1] + 1)
 
     def values(self, i: int, picks: Sequence[int]) -> np.ndarray:
         """The joint objective for every option of offer ``i``, the others' ``picks`` kept:
-        a call costs a pass for each of :func:`split_passes`."""
+        a call's seconds as :meth:`_seconds` prices them."""
         others = [j for j in range(len(picks)) if j != i]
         counts = np.zeros((len(self.rows[i]), self.seqs[-1] + 3), dtype=np.int64)
         for j in others:
@@ -176,12 +189,14 @@ class _Call:
 
     def _seconds(self, padded: np.ndarray) -> np.ndarray:
         """Seconds of the calls whose rows by sequence are the rows of ``padded`` (an empty
-        sequence before the first and after the last): the passes of :func:`split_passes`,
-        all at once. Each pass is a run of consecutive sequences that every lower level of the
-        split leaves whole: it takes as many rows from each as its fewest has above the level
-        where it parted from its neighbours, the larger of theirs. So every run of consecutive
-        sequences is a pass of its length times its fewest rows less its neighbours' larger,
-        where that is positive (runs that are no pass come to zero)."""
+        sequence before the first and after the last): one pass of all of them where ``one_pass``,
+        else the passes of :func:`split_passes`, all at once. Each pass is a run of consecutive
+        sequences that every lower level of the split leaves whole: it takes as many rows from each
+        as its fewest has above the level where it parted from its neighbours, the larger of theirs.
+        So every run of consecutive sequences is a pass of its length times its fewest rows less its
+        neighbours' larger, where that is positive (runs that are no pass come to zero)."""
+        if self.one_pass:
+            return self.price[np.minimum(padded.sum(axis=1), self.most)]
         inner = padded[:, 1:-1]
         by_length, runs_fewest = [inner], inner  # the fewest rows of each run, by its length
         for length in range(2, inner.shape[1] + 1):

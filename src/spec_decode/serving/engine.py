@@ -94,7 +94,8 @@ class Engine:
         between_calls = self.batchers[0].between_calls if self.batchers else None
         self.slots = SlotTable(self.target.slots[: self.n_slots], drafts, between_calls)
         self._history = IdleHistory(self.history)
-        self.board = StepBoard(self.batchers[0].budget if self.batchers else None)
+        shared = self.batchers[0] if self.batchers else None  # one call's rows: one pass?
+        self.board = StepBoard(shared.budget, shared.context.unified) if shared else StepBoard()
 
     @property
     def n_slots(self) -> int:

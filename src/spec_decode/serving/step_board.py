@@ -41,10 +41,10 @@ class _Entry:
 
 class StepBoard:
     """What each running request posted, by key (its slot); ``budget`` is the most rows one
-    call holds (None: no bound)."""
+    call holds (None: no bound), ``one_pass`` whether a call is one pass whatever its rows."""
 
-    def __init__(self, budget: int | None = None) -> None:
-        self.budget = budget
+    def __init__(self, budget: int | None = None, one_pass: bool = False) -> None:
+        self.budget, self.one_pass = budget, one_pass
         self._lock = threading.Lock()
         self._entries: dict[int, _Entry] = {}
 
@@ -79,4 +79,4 @@ class StepBoard:
             keys = sorted(self._entries)
             offers = tuple(self._entries[k].current for k in keys)
             reading = not all(self._entries[k].rows for k in keys if k != key)
-        return SharedCall(offers, keys.index(key), reading, self.budget, tuple(keys))
+        return SharedCall(offers, keys.index(key), reading, self.budget, tuple(keys), self.one_pass)

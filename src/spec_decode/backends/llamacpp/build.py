@@ -17,9 +17,13 @@ kernels_findings.md``):
   them for 2+ rows and ggml's vec path for one, which sums in another order; tinyBLAS now takes
   f16 x f16 at every row count (one row split statically, without its barriers) and no other
   type, so blocks run attention as fast as the default build's batches and stay exact.
+- Flash attention runs one query row at a time over the cache's cells in their order, and a
+  unified cache places each sequence's tokens after its last cell: the server's slots then share
+  one cache, and so one pass a call, each row exactly its own sequence's
+  (:func:`~spec_decode.backends.llamacpp.kernels.ordered_cells`).
 
-Everything else on this model's graph (norms, RoPE, attention without flash attention, softmax,
-the activation quantization) is already row-independent.
+Everything else on this model's graph (norms, RoPE, softmax, the activation quantization) is
+already row-independent.
 
 The source comes from the pinned llama-cpp-python sdist, fetched through pip from the package
 registry (or given as a file) and checked against :data:`SDIST_SHA256`. The libraries land in the

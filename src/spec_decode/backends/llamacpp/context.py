@@ -3,10 +3,13 @@ the one place ``llama_decode`` runs.
 
 A context holds ``n_seq`` sequences. A model of its own (:class:`~.model.LlamaCppModel`) uses one
 sequence and a unified cache, so that a token tree's paths (extra sequences) share the prefix's
-cells. The server's slots (:mod:`.slots`) use one sequence each with cells of its own
-(``unified=False``): a row's attention then sums over its own sequence's cells, at the indices a
-run alone gives them. In a unified cache other sequences' cells interleave with a sequence's own
-and change the order of attention's sums (``tests/backends/test_slots.py`` shows both).
+cells. The server's slots (:mod:`.slots`) use one sequence each, on one unified cache where the
+exact-rows build keeps each sequence's cells in the order of its positions and runs flash
+attention one row at a time over them (:func:`~.kernels.ordered_cells`): a row's attention then
+visits its own sequence's cells in the order a run alone holds them, and one call is one pass
+whatever its rows. Elsewhere the slots keep cells of their own (``unified=False``), since in a
+stock unified cache other sequences' cells change the order of attention's sums
+(``tests/backends/test_slots.py`` shows both).
 """
 
 from __future__ import annotations
@@ -19,8 +22,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spec_decode.backends.llamacpp.kernels import MICRO_BATCH, init_backend, stop_callback
-from spec_decode.backends.llamacpp.library import llama_cpp
+from spec_decode.backends.llamacpp.kernels import (
+    MICRO_BATCH,
+    init_backend,
+    ordered_cells,
+    stop_callback,
+)
+from spec_decode.backends.llamacpp.library import llama_cpp, load
 
 DEFAULT_MAX_CTX = 4096
 
@@ -28,6 +36,13 @@ DEFAULT_MAX_CTX = 4096
 class Interrupted(RuntimeError):
     """A call stopped by :meth:`LlamaContext.interrupt` before it finished: llama.cpp dropped the
     cells of the micro-batch it was computing, and kept those of the micro-batches before it."""
+
+
+class NoRoom(RuntimeError):
+    """llama.cpp found no free cells for a call's rows. In a unified cache of the exact-rows
+    build a sequence's next token must take a cell after its last one
+    (:func:`~.kernels.ordered_cells`), so this can come with free cells left before that:
+    reading the sequence again from an empty cache finds room."""
 
 
 class Row(NamedTuple):
@@ -42,7 +57,9 @@ class Row(NamedTuple):
 class LlamaContext:
     """The GGUF at ``path`` (read into memory unless ``mmap``) with a context of ``n_seq``
     sequences of ``n_ctx`` positions each (default: ``min(trained context, 4096)``) on
-    ``n_threads`` threads. Every llama.cpp call on it holds :attr:`lock`."""
+    ``n_threads`` threads; in a ``unified`` cache the sequences share ``n_ctx`` cells unless
+    ``cells_per_seq``. Flash attention is on where asked, by default on the exact-rows build
+    (:func:`~.kernels.ordered_cells`). Every llama.cpp call on it holds :attr:`lock`."""
 
     def __init__(
         self,
@@ -52,9 +69,10 @@ class LlamaContext:
         n_ctx: int | None = None,
         n_seq: int = 1,
         unified: bool = True,
+        cells_per_seq: bool = False,
         mmap: bool = False,
         verbose: bool = False,
-        flash_attention: bool = False,
+        flash_attention: bool | None = None,
     ) -> None:
         init_backend(verbose)
         # looked up now: at interpreter exit, where __del__ may run, the bindings cannot import
@@ -72,26 +90,41 @@ class LlamaContext:
         trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.context_window = int(n_ctx or min(trained, DEFAULT_MAX_CTX))
         self.n_seq, self.unified, self.n_threads = n_seq, unified, n_threads
-        self.flash_attention = flash_attention
+        self.flash_attention = ordered_cells() if flash_attention is None else flash_attention
+        self.cells_per_seq = cells_per_seq or not unified
+        self.cells = self.context_window * (n_seq if self.cells_per_seq else 1)
         self.lock = threading.RLock()
         self._stop, self._stop_callback = ctypes.c_int(0), stop_callback()
         self._ctx = self._new_context()
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        capacity = self.context_window * (1 if unified else n_seq)
-        self._batch = llama_cpp.llama_batch_init(capacity, 0, n_seq)
+        self._batch = llama_cpp.llama_batch_init(self.cells, 0, n_seq)
+
+    @classmethod
+    def for_slots(
+        cls, path: Path, *, n_threads: int, n_ctx: int | None, n_seq: int
+    ) -> LlamaContext:
+        """The context the server's slots share (:mod:`.slots`), ``n_ctx`` positions for each of
+        ``n_seq`` sequences: one unified cache where this build keeps each sequence's cells in
+        order (:func:`~.kernels.ordered_cells`), so that one call is one pass whatever its rows,
+        else cells of their own."""
+        load()  # the build decides
+        return cls(
+            path, n_threads=n_threads, n_ctx=n_ctx, n_seq=n_seq, unified=ordered_cells(),
+            cells_per_seq=True,
+        )  # fmt: skip
 
     def _new_context(self) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
-        cells = self.context_window * (1 if self.unified else self.n_seq)
+        cells = self.cells
         params.n_ctx = params.n_batch = cells
         params.n_ubatch = min(MICRO_BATCH, cells)
         params.n_seq_max = self.n_seq
         params.n_outputs_max = max(params.n_batch, params.n_seq_max)  # llama.cpp asserts this
         params.kv_unified = self.unified
         params.n_threads = params.n_threads_batch = self.n_threads
-        # Flash attention tiles the keys differently for several query rows than for one once the
-        # cache passes 256 cells (0.3 in a logit at 258 tokens): off, blocks stay bitwise equal.
-        # On only where asked (bench/kernels/unified_cache.py measures what it would change).
+        # Stock flash attention tiles the keys differently for several query rows than for one
+        # once the cache passes 256 cells (0.3 in a logit at 258 tokens): off there, blocks stay
+        # bitwise equal. The exact-rows build runs it one row at a time: on by default there.
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
             if self.flash_attention
@@ -124,6 +157,8 @@ class LlamaContext:
             status = llama_cpp.llama_decode(self._ctx, batch)
             if status == 2 and self._stop_callback is not None:
                 raise Interrupted("llama_decode was interrupted")
+            if status == 1:
+                raise NoRoom("llama.cpp found no free cells for this call's rows (status 1)")
             if status != 0:
                 raise RuntimeError(f"llama_decode failed with status {status}")
             outputs = sum(row.output for row in rows)
@@ -147,10 +182,10 @@ class LlamaContext:
 
     def forget(self, seq: int, first_position: int = 0) -> bool:
         """Drop sequence ``seq``'s cells from ``first_position`` on (False where this memory
-        cannot drop a tail: then the whole sequence is dropped). A unified cache belongs to one
-        model: dropping all of its sequence clears every cell."""
+        cannot drop a tail: then the whole sequence is dropped). A unified cache of one model's
+        window belongs to that model: dropping all of its sequence clears every cell."""
         with self.lock:
-            if first_position == 0 and self.unified:
+            if first_position == 0 and self.unified and not self.cells_per_seq:
                 llama_cpp.llama_memory_clear(self._memory, True)
                 return True
             if llama_cpp.llama_memory_seq_rm(self._memory, seq, first_position, -1):
@@ -164,10 +199,11 @@ class LlamaContext:
             llama_cpp.llama_memory_seq_rm(self._memory, seq, -1, -1)
 
     def copy_sequence(self, source: int, target: int) -> None:
-        """Make ``target`` share every cell of ``source`` (a tree path sharing the prefix); with
-        cells per sequence, ``target``'s cells become a copy of ``source``'s, their data copied
-        at the next decode, before it writes any."""
+        """Make ``target`` hold every cell of ``source`` in place of its own: in a unified
+        cache by sharing them (a tree path sharing the prefix, a slot another's prompt), with
+        cells per sequence as a copy, their data copied at the next decode, before it writes any."""
         with self.lock:
+            llama_cpp.llama_memory_seq_rm(self._memory, target, -1, -1)
             llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
 
     def length(self, seq: int) -> int:

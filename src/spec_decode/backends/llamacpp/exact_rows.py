@@ -38,14 +38,13 @@ def row_mismatches(
     threads: int = 2,
     seed: int = 0,
     token_range: tuple[int, int] | None = None,
-    flash_attention: bool = False,
+    flash_attention: bool | None = None,
 ) -> dict[int, dict]:
     """For each block size B: ``{"rows": [indices of rows that differ], "max_abs_diff": float}``.
 
     Tokens are drawn at random (``seed``) from ``token_range`` (default: the whole vocabulary
-    except its first 3 ids). Flash attention is off, as in the backend; ``flash_attention``
-    turns it on, which tiles the keys differently for several query rows than for one once the
-    cache passes 256 cells: the check's negative control on a build whose kernels are exact.
+    except its first 3 ids). Flash attention is as in the backend unless ``flash_attention``
+    says (:class:`~.raw.RawContext`).
     """
     longest = max(blocks)
     n_ctx = prompt_len + longest + 1
@@ -84,7 +83,7 @@ def shared_call_mismatches(
     most: int = 24,
     unified: bool = False,
     threads: int = 2,
-    flash_attention: bool = False,
+    flash_attention: bool | None = None,
     drop_tails: bool = False,
 ) -> list[list[int]]:
     """Per stream, the indices of its rows that differ bitwise from :func:`solo_rows`, when the
@@ -110,7 +109,7 @@ def shared_call_mismatches(
 
 
 def solo_rows(
-    model_path: Path, stream: Sequence[int], threads: int = 2, flash_attention: bool = False
+    model_path: Path, stream: Sequence[int], threads: int = 2, flash_attention: bool | None = None
 ) -> np.ndarray:
     """The stream's rows on a context of its own: one call for the first 8 tokens, then one
     token a call (target-only decoding's calls)."""

@@ -1,5 +1,6 @@
-"""A GGUF file's weight types and a fingerprint of its contents, read from the file itself
-without loading it: what the per-model exact-rows promise (:mod:`.promise`) is keyed by.
+"""A GGUF file: where it is, its weight types and a fingerprint of its contents, read from the
+file itself without loading it: what the per-model exact-rows promise (:mod:`.promise`) is keyed
+by.
 
 GGUF (v2 and v3) is a header of key/value pairs, then one record per tensor (name, shape, weight
 type, offset), then the tensor data; only the records are read, the values are skipped.
@@ -90,3 +91,11 @@ def fingerprint(path: str | Path, samples: int = 16, chunk: int = 1 << 16) -> st
             file.seek(max(0, size - chunk) * i // max(1, samples - 1))
             digest.update(file.read(chunk))
     return digest.hexdigest()
+
+
+def gguf_file(path: str | Path) -> Path:
+    """``path`` as a file (``ValueError`` when there is none)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"no GGUF model file at {file}")
+    return file

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from spec_decode.backends.cores import available_cores
-from spec_decode.backends.llamacpp.context import LlamaContext, Row
+from spec_decode.backends.llamacpp.context import LlamaContext, NoRoom, Row
+from spec_decode.backends.llamacpp.gguf_header import gguf_file
 from spec_decode.backends.llamacpp.kernels import (
     exact_block_size,
     invariant_batch_size,
@@ -21,6 +22,7 @@ from spec_decode.backends.llamacpp.tree_paths import path_sequences
 from spec_decode.backends.prefix_cache import ForwardStats, PrefixCachedModel, common_prefix
 
 DEFAULT_TREE_LEAVES = 64
+Read = Callable[[np.ndarray], np.ndarray]  # what a decode's logits are read into
 
 
 class LlamaCppModel(PrefixCachedModel):
@@ -199,11 +201,16 @@ class LlamaCppModel(PrefixCachedModel):
         keeps each row's argmax the logits' argmax, so the two agree bitwise."""
         return self._decoded(list(prefix) + list(tokens), len(tokens) + 1, self._read_top)
 
-    def _decoded(
-        self, sequence: list[int], n_rows: int, read: Callable[[np.ndarray], np.ndarray]
-    ) -> np.ndarray:
+    def _decoded(self, sequence: list[int], n_rows: int, read: Read) -> np.ndarray:
         """``read`` of the logits after each of the last ``n_rows`` prefixes of ``sequence``,
-        after feeding what the cache lacks in the calls :meth:`_chunks` chooses."""
+        after feeding what the cache lacks in the calls :meth:`_chunks` chooses (from an empty
+        cache where llama.cpp found no cells: :class:`~.context.NoRoom`)."""
+        try:
+            return self._fed(sequence, n_rows, read)
+        except NoRoom:  # the cache was reset: the whole sequence is read again
+            return self._fed(sequence, n_rows, read)
+
+    def _fed(self, sequence: list[int], n_rows: int, read: Read) -> np.ndarray:
         start = time.perf_counter()
         self.check_fits(len(sequence) - n_rows + 1, n_rows - 1)
         keep = self._trim(min(common_prefix(self._cached, sequence), len(sequence) - n_rows))
@@ -306,7 +313,7 @@ class LlamaCppModel(PrefixCachedModel):
             logits = self._decode_rows(rows)
         except RuntimeError as error:
             self.reset()
-            raise RuntimeError(f"{error} (the cache was reset)") from error
+            raise type(error)(f"{error} (the cache was reset)") from error
         self.stats.forward_s += time.perf_counter() - decode_start
         self.stats.calls += 1
         self.stats.tokens_fed += len(rows)
@@ -328,14 +335,6 @@ class LlamaCppModel(PrefixCachedModel):
         if not np.isfinite(logits[np.arange(len(logits)), top]).all():
             raise ValueError("the target's logits contain NaN or infinite values")
         return top
-
-
-def gguf_file(path: str | Path) -> Path:
-    """``path`` as a file (``ValueError`` when there is none)."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ValueError(f"no GGUF model file at {file}")
-    return file
 
 
 def load_model(

@@ -3,8 +3,9 @@ call's rows of logits read back. What the kernel checks (:mod:`.exact_rows`) and
 benchmarks (``bench/kernels/kernels_*.py``) drive, without the backend's cache bookkeeping.
 
 It runs whichever libraries :func:`~spec_decode.backends.llamacpp.library.load` chose (a kernel
-benchmark of another build sets ``LLAMA_CPP_LIB_PATH`` before starting). Flash attention is off,
-as in the backend, and the micro-batch is the backend's (:data:`~.kernels.MICRO_BATCH`).
+benchmark of another build sets ``LLAMA_CPP_LIB_PATH`` before starting). Flash attention is as in
+the backend (on where the build runs it a row at a time: :func:`~.kernels.ordered_cells`), and
+the micro-batch is the backend's (:data:`~.kernels.MICRO_BATCH`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from spec_decode.backends.llamacpp.kernels import MICRO_BATCH, init_backend
+from spec_decode.backends.llamacpp.kernels import MICRO_BATCH, init_backend, ordered_cells
 from spec_decode.backends.llamacpp.library import llama_cpp
 
 
@@ -30,7 +31,7 @@ class RawContext:
         *,
         n_ctx: int = 512,
         threads: int = 2,
-        flash_attention: bool = False,
+        flash_attention: bool | None = None,
         eval_callback: Any = None,
     ) -> None:
         init_backend(False)
@@ -47,7 +48,7 @@ class RawContext:
         context.n_threads = context.n_threads_batch = threads
         context.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if flash_attention
+            if (ordered_cells() if flash_attention is None else flash_attention)
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         context.no_perf = True

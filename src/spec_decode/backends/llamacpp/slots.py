@@ -1,7 +1,7 @@
 """Several sequences of one llama.cpp context decoded together: the server's slots.
 
 Each slot is a :class:`~.model.LlamaCppModel` on a sequence of its own of a shared
-:class:`~.context.LlamaContext` (cells of its own), driven by a request on a thread of its own.
+:class:`~.context.LlamaContext`, driven by a request on a thread of its own.
 When a slot needs rows it posts them (:meth:`Batcher.decode`) and waits. One thread runs
 :meth:`Batcher.step` over and over (llama.cpp keeps a team of OpenMP threads for each calling
 thread, so every decode comes from one): each step feeds what the slots have posted in ONE
@@ -25,20 +25,19 @@ thread, so every decode comes from one): each step feeds what the slots have pos
   second prompt in the call would delay the first one's first token by its own tokens' cost.
 
 Each step waits, after the first post, until every running request (a :meth:`Batcher.member`)
-has posted, at most :data:`GATHER_S`, so that their rows share one call rather than each taking
-a call of its own as it comes.
+has posted, at most :data:`GATHER_S`, so that their rows share one call as they come.
 
-A call's rows go in order of sequence: llama.cpp splits a call on a cache with cells per
-sequence into micro-batches of consecutive, increasing sequence ids with as many tokens from each
-(``llama_batch_allocr::split_equal``), each a pass over all the weights of its own; rows of
-sequences 2, 0, 3, 1 make four passes where 0, 1, 2, 3 make one.
+On the exact-rows build the slots share one unified cache (``LlamaContext.for_slots``): a call is
+one pass whatever its rows. Elsewhere llama.cpp splits a call into micro-batches of consecutive
+sequence ids with as many tokens from each (``llama_batch_allocr::split_equal``), each a pass of
+its own, so a call's rows go in order of sequence (2, 0, 3, 1 make four passes).
 
 Exactness: on the exact-rows build with covered weight types every row of a call of up to a
 micro-batch is bitwise the one-token row whatever else its call holds
-(:func:`~.kernels.invariant_batch_size`), and with cells of its own a row's attention sums over
-its own sequence only, so a request's rows, and so its output, are those it gets alone, however
-its prompt and blocks were cut and whatever call was interrupted (``tests/backends/test_slots.py``
-and ``test_interrupt.py`` certify it, and show a unified cache and kept cells failing).
+(:func:`~.kernels.invariant_batch_size`), and a row's attention visits its own sequence's cells
+only, in the order a run alone holds them: a request's rows and output are those it gets alone,
+however its prompt and blocks were cut and whatever call was interrupted (certified, with negative
+controls, by ``tests/backends/test_slots.py`` and ``test_interrupt.py``).
 """
 
 from __future__ import annotations
@@ -54,9 +53,10 @@ import numpy as np
 
 from spec_decode.backends.cores import available_cores
 from spec_decode.backends.llamacpp.call_plan import plan_call
-from spec_decode.backends.llamacpp.context import Interrupted, LlamaContext, Row
+from spec_decode.backends.llamacpp.context import Interrupted, LlamaContext, NoRoom, Row
+from spec_decode.backends.llamacpp.gguf_header import gguf_file
 from spec_decode.backends.llamacpp.kernels import MICRO_BATCH
-from spec_decode.backends.llamacpp.model import LlamaCppModel, gguf_file
+from spec_decode.backends.llamacpp.model import LlamaCppModel
 from spec_decode.backends.llamacpp.promise import exact_rows
 
 #: Tokens one step feeds at most while a slot decodes: a verification block whole, a prompt in
@@ -130,8 +130,9 @@ class Batcher:
                 self._make_way()
             self._ready.notify_all()
         post.done.wait()
-        if post.error is not None:
-            raise RuntimeError(str(post.error)) from post.error
+        if post.error is not None:  # NoRoom stays NoRoom: the model reads its sequence again
+            kind = NoRoom if isinstance(post.error, NoRoom) else RuntimeError
+            raise kind(str(post.error)) from post.error
         if len(post.logits) == 1:
             return post.logits[0]
         return np.concatenate(post.logits or [np.empty((0, self.context.vocab_size), np.float32)])
@@ -334,7 +335,7 @@ def open_slots(
         raise ValueError(f"n_slots must be >= 1, got {n_slots}")
     file = gguf_file(path)
     threads = int(n_threads or available_cores())
-    context = LlamaContext(file, n_threads=threads, n_ctx=n_ctx, n_seq=n_slots, unified=False)
+    context = LlamaContext.for_slots(file, n_threads=threads, n_ctx=n_ctx, n_seq=n_slots)
     batcher = Batcher(context, budget)
     first = LlamaCppModel.on_sequence(file, context, 0, context.decode, None)
     promise = (
