@@ -66,7 +66,9 @@ HELD = 200
 def step_seconds(model: Path, repeats: int) -> dict[str, dict[str, float]]:
     """Median seconds of one step per mix: per-sequence cells against a unified cache."""
     contexts = {
-        "cells per sequence": LlamaContext(model, n_threads=2, n_ctx=1024, n_seq=4, unified=False),
+        "cells per sequence": LlamaContext(
+            model, n_threads=2, n_ctx=1024, n_seq=4, unified=False, flash_attention=False
+        ),
         "unified, flash attention": LlamaContext(
             model, n_threads=2, n_ctx=4096, n_seq=4, unified=True, flash_attention=True
         ),
