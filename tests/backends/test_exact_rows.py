@@ -141,7 +141,7 @@ def test_the_check_fails_where_attention_sums_in_another_order(kquant_gguf):
     """The negative control every build can run: a block scored past 256 cells with flash
     attention on and with it off (attention's sums in another order) gives other rows in every
     row, while the check finds each setting's blocks exact (on this build flash attention runs
-    one row at a time, so the backend turns it on)."""
+    each row as alone, so the backend turns it on)."""
 
     def block(flash_attention: bool) -> np.ndarray:
         tokens = np.random.default_rng(5).integers(3, 200, size=316).tolist()

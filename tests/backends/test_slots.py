@@ -5,7 +5,7 @@ On the exact-rows build, with a tiny K-quant GGUF laid out like the packaged tar
 - rows of a sequence fed in calls shared with other sequences' rows (prompt chunks, blocks of
   any size, in any order, rejected tails dropped or not) are bitwise its rows fed alone, with
   cells of its own and in one unified cache (where the build keeps each sequence's cells in
-  order and its flash attention visits them one row at a time);
+  order and its flash attention computes each row as alone);
 - the negative control: in a unified cache without that attention the same schedule gives other
   rows (other sequences' cells interleave with its own and change the order of attention's sums);
 - requests run on threads, posting to a :class:`Batcher` stepped by one thread, with random

@@ -17,7 +17,7 @@ kernels_findings.md``):
   them for 2+ rows and ggml's vec path for one, which sums in another order; tinyBLAS now takes
   f16 x f16 at every row count (one row split statically, without its barriers) and no other
   type, so blocks run attention as fast as the default build's batches and stay exact.
-- Flash attention runs one query row at a time over the cache's cells in their order, and a
+- Flash attention computes each query row as alone over the cache's cells in their order, and a
   unified cache places each sequence's tokens after its last cell: the server's slots then share
   one cache, and so one pass a call, each row exactly its own sequence's
   (:func:`~spec_decode.backends.llamacpp.kernels.ordered_cells`).

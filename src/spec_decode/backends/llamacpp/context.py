@@ -5,7 +5,7 @@ A context holds ``n_seq`` sequences. A model of its own (:class:`~.model.LlamaCp
 sequence and a unified cache, so that a token tree's paths (extra sequences) share the prefix's
 cells. The server's slots (:mod:`.slots`) use one sequence each, on one unified cache where the
 exact-rows build keeps each sequence's cells in the order of its positions and runs flash
-attention one row at a time over them (:func:`~.kernels.ordered_cells`): a row's attention then
+attention for each row as alone (:func:`~.kernels.ordered_cells`): a row's attention then
 visits its own sequence's cells in the order a run alone holds them, and one call is one pass
 whatever its rows. Elsewhere the slots keep cells of their own (``unified=False``), since in a
 stock unified cache other sequences' cells change the order of attention's sums
@@ -124,7 +124,7 @@ class LlamaContext:
         params.n_threads = params.n_threads_batch = self.n_threads
         # Stock flash attention tiles the keys differently for several query rows than for one
         # once the cache passes 256 cells (0.3 in a logit at 258 tokens): off there, blocks stay
-        # bitwise equal. The exact-rows build runs it one row at a time: on by default there.
+        # bitwise equal. The exact-rows build computes each row as alone: on by default there.
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
             if self.flash_attention

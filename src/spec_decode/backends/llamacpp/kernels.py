@@ -45,8 +45,8 @@ def patched_exact_rows() -> int:
 def ordered_cells() -> bool:
     """Whether the llama.cpp libraries this process loaded export ``spec_decode_ordered_cells``:
     the exact-rows build, which keeps each sequence's cells of a unified cache in the order of
-    its positions and runs flash attention one query row at a time over them, so that sequences
-    sharing one unified cache get the rows each gets alone (the patch's items 5 and 6)."""
+    its positions and computes each query row's flash attention as alone over them, so that
+    sequences sharing one unified cache get the rows each gets alone (the patch's items 5, 6)."""
     return getattr(llama_cpp.llama_cpp._lib, "spec_decode_ordered_cells", None) is not None
 
 
