@@ -25,6 +25,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
+from exact_rows_mark import needs_exact_rows
 from kquant_gguf import write_kquant_gguf
 
 from spec_decode import SamplingParams, generate_autoregressive
@@ -86,10 +87,8 @@ def test_the_model_is_sane(kquant_gguf):
     assert result[1]["rows"] == []
 
 
-needs_patched = pytest.mark.skipif(
-    patched_exact_rows() == 0,
-    reason="the loaded llama.cpp is not the exact-rows build: run `spec-decode build-kernels` "
-    "(" + kernels_status() + ")",
+needs_patched = needs_exact_rows(
+    "the loaded llama.cpp is not the exact-rows build: run `spec-decode build-kernels`"
 )
 
 

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
+from exact_rows_mark import needs_exact_rows
 from kquant_gguf import QUANTIZED, write_kquant_gguf
 
 from spec_decode import SamplingParams, generate_autoregressive
@@ -22,17 +23,12 @@ from spec_decode.backends.llamacpp import LlamaCppModel, promise, slots
 from spec_decode.backends.llamacpp.exact_rows import row_mismatches
 from spec_decode.backends.llamacpp.kernels import (
     exact_block_size,
-    kernels_status,
-    patched_exact_rows,
 )
 from spec_decode.certify.identity import identity_certificate, target_only_run
 from spec_decode.core.coupled import coupled_rule
 from spec_decode.drafting.speculative import generate_speculative
 
-pytestmark = pytest.mark.skipif(
-    patched_exact_rows() == 0,
-    reason="the loaded llama.cpp is not the exact-rows build (" + kernels_status() + ")",
-)
+pytestmark = needs_exact_rows("the loaded llama.cpp is not the exact-rows build")
 
 
 #: the projection types the exact-rows kernels cover, each with the weight types of its model

@@ -23,17 +23,14 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
+from exact_rows_mark import needs_exact_rows
 from kquant_gguf import write_kquant_gguf
 
 from spec_decode.backends.llamacpp.context import LlamaContext, Row
-from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
 from spec_decode.backends.llamacpp.library import llama_cpp
 from spec_decode.backends.llamacpp.slots import Batcher
 
-pytestmark = pytest.mark.skipif(
-    patched_exact_rows() == 0,
-    reason="the loaded llama.cpp is not the exact-rows build (" + kernels_status() + ")",
-)
+pytestmark = needs_exact_rows("the loaded llama.cpp is not the exact-rows build")
 WINDOW = 256
 SEQS = 4
 PROMPTS = [list(range(10 + 7 * s, 30 + 9 * s)) for s in range(SEQS)]

@@ -31,6 +31,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
+from exact_rows_mark import needs_exact_rows
 from kquant_gguf import VOCAB, write_kquant_gguf
 
 from spec_decode import SamplingParams, generate_autoregressive
@@ -38,16 +39,12 @@ from spec_decode.backends.llamacpp import LlamaCppModel
 from spec_decode.backends.llamacpp.call_plan import plan_call
 from spec_decode.backends.llamacpp.context import LlamaContext, NoRoom, Row
 from spec_decode.backends.llamacpp.exact_rows import shared_call_mismatches
-from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
 from spec_decode.backends.llamacpp.slots import Batcher, open_slots
 from spec_decode.core.coupled import coupled_rule
 from spec_decode.core.noise import SeededNoise
 from spec_decode.drafting.speculative import generate_speculative
 
-pytestmark = pytest.mark.skipif(
-    patched_exact_rows() == 0,
-    reason="the loaded llama.cpp is not the exact-rows build (" + kernels_status() + ")",
-)
+pytestmark = needs_exact_rows("the loaded llama.cpp is not the exact-rows build")
 WINDOW = 256
 
 

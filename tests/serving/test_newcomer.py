@@ -17,17 +17,14 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from conftest import running
+from exact_rows_mark import needs_exact_rows
 
-from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
 from spec_decode.core.sampling import SamplingParams
 from spec_decode.serving.config import EngineConfig
 from spec_decode.serving.request import RequestOptions
 from spec_decode.serving.worker import Job
 
-pytestmark = pytest.mark.skipif(
-    patched_exact_rows() == 0,
-    reason="calls are interrupted only on the exact-rows build (" + kernels_status() + ")",
-)
+pytestmark = needs_exact_rows("calls are interrupted only on the exact-rows build")
 
 SLOW_CALL_S = 0.02
 

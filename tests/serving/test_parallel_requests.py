@@ -19,16 +19,12 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("llama_cpp")
 
+from exact_rows_mark import needs_exact_rows
 from servers import MODEL, Server
-
-from spec_decode.backends.llamacpp.kernels import kernels_status, patched_exact_rows
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        patched_exact_rows() == 0,
-        reason="slots share calls only on the exact-rows build (" + kernels_status() + ")",
-    ),
+    needs_exact_rows("slots share calls only on the exact-rows build"),
 ]
 
 #: (prompt, temperature, seed): greedy and seeded requests of several lengths.
