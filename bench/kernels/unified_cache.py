@@ -1,29 +1,29 @@
-"""Could the server's slots share ONE unified KV cache and stay exact? Rows and step costs.
+"""Can the server's slots share ONE unified KV cache and stay exact? Rows and step costs.
 
-The slots keep a cache of their own per sequence (``unified=False``), so llama.cpp splits a call
-into micro-batches with as many tokens of each sequence (``split_equal``): requests' blocks of
-unequal lengths take several passes over the weights where a unified cache takes one. This
-measures, on the loaded build, the two things that decide whether a unified cache can replace
-them:
+With a cache of its own per sequence (``unified=False``, the slots on a stock build) llama.cpp
+splits a call into micro-batches with as many tokens of each sequence (``split_equal``):
+requests' blocks of unequal lengths take several passes over the weights where a unified cache
+takes one. This measures, on the loaded build, the two things that decide whether a unified cache
+can replace them:
 
 - ``rows``: streams of random tokens (``--lengths``, three of them) fed on sequences of one
   context in shared calls (0-12 next tokens of each, in a random order of sequences), each row
   compared bitwise with the stream's rows on a context of its own (the same attention setting).
-  Three layouts: cells per sequence, flash attention off (today's slots); a unified cache with
-  flash attention; the same with every stream's piece followed by 0-6 rejected tokens that are
-  then dropped (``forget``), as speculation does, leaving holes other sequences' cells fill.
+  Three layouts: cells per sequence, flash attention off; a unified cache with flash attention;
+  the same with every stream's piece followed by 0-6 rejected tokens that are then dropped
+  (``forget``), as speculation does, leaving holes other sequences' cells may fill.
 - ``cost``: one step's seconds for mixes of single rows, blocks and a prompt chunk, four
   sequences each holding 200 tokens, per-sequence cells without flash attention against a
   unified cache with it (medians of ``--repeats``, alternating).
 
-Flash attention's CPU kernel computes a query row alone in the order of the cache's cells,
-skipping masked cells, unless it tiles several rows or splits the cells among threads. A build
-whose kernel always takes that per-row path (in ``ggml/src/ggml-cpu/ops.cpp``,
-``ggml_compute_forward_flash_attn_ext_f16``: ``const bool use_ref = true;``) is the probe; point
-``LLAMA_CPP_LIB_PATH`` at it:
+Stock flash attention tiles several rows and splits a row's cells among threads, and stock
+``find_slot`` may put a sequence's tokens in holes before its own cells; the exact-rows build
+(patch items 5 and 6) computes each row as alone over the cells in their order and keeps each
+sequence's cells in order, which is what the slots use. Earlier probes pointed
+``LLAMA_CPP_LIB_PATH`` at builds with only the first of the two
+(``bench/results/unified_cache_probe.md``):
 
-    python bench/kernels/unified_cache.py --stem unified_cache
-    LLAMA_CPP_LIB_PATH=PROBE/bin python bench/kernels/unified_cache.py --stem unified_cache_probe
+    python bench/kernels/unified_cache.py --stem unified_cache_ordered
 """
 
 from __future__ import annotations
