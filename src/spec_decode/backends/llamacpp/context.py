@@ -24,6 +24,7 @@ import numpy as np
 
 from spec_decode.backends.llamacpp.kernels import (
     MICRO_BATCH,
+    flash_attention_type,
     init_backend,
     ordered_cells,
     stop_callback,
@@ -58,8 +59,8 @@ class LlamaContext:
     """The GGUF at ``path`` (read into memory unless ``mmap``) with a context of ``n_seq``
     sequences of ``n_ctx`` positions each (default: ``min(trained context, 4096)``) on
     ``n_threads`` threads; in a ``unified`` cache the sequences share ``n_ctx`` cells unless
-    ``cells_per_seq``. Flash attention is on where asked, by default on the exact-rows build
-    (:func:`~.kernels.ordered_cells`). Every llama.cpp call on it holds :attr:`lock`."""
+    ``cells_per_seq``. Flash attention is as asked, by default as
+    :func:`~.kernels.flash_attention_type` says. Every llama.cpp call on it holds :attr:`lock`."""
 
     def __init__(
         self,
@@ -90,7 +91,7 @@ class LlamaContext:
         trained = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.context_window = int(n_ctx or min(trained, DEFAULT_MAX_CTX))
         self.n_seq, self.unified, self.n_threads = n_seq, unified, n_threads
-        self.flash_attention = ordered_cells() if flash_attention is None else flash_attention
+        self._flash_attn_type = flash_attention_type(flash_attention)
         self.cells_per_seq = cells_per_seq or not unified
         self.cells = self.context_window * (n_seq if self.cells_per_seq else 1)
         self.lock = threading.RLock()
@@ -122,14 +123,7 @@ class LlamaContext:
         params.n_outputs_max = max(params.n_batch, params.n_seq_max)  # llama.cpp asserts this
         params.kv_unified = self.unified
         params.n_threads = params.n_threads_batch = self.n_threads
-        # Stock flash attention tiles the keys differently for several query rows than for one
-        # once the cache passes 256 cells (0.3 in a logit at 258 tokens): off there, blocks stay
-        # bitwise equal. The exact-rows build computes each row as alone: on by default there.
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if self.flash_attention
-            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
+        params.flash_attn_type = self._flash_attn_type
         params.no_perf = True
         if self._stop_callback is not None:
             params.abort_callback = self._stop_callback

@@ -50,6 +50,17 @@ def ordered_cells() -> bool:
     return getattr(llama_cpp.llama_cpp._lib, "spec_decode_ordered_cells", None) is not None
 
 
+def flash_attention_type(asked: bool | None = None) -> int:
+    """llama.cpp's flash-attention setting for a new context: as ``asked``; by default on where
+    this build computes each row's flash attention as alone (:func:`ordered_cells`), off
+    elsewhere, since stock flash attention tiles the keys differently for several query rows than
+    for one once the cache passes 256 cells (0.3 in a logit at 258 tokens)."""
+    on = ordered_cells() if asked is None else asked
+    return int(
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+
+
 def stop_callback() -> object | None:
     """The exact-rows build's ``spec_decode_stop_requested`` as llama.cpp's abort callback type:
     true once the int its data points to is nonzero, read in C (llama.cpp polls it after every

@@ -4,8 +4,8 @@ benchmarks (``bench/kernels/kernels_*.py``) drive, without the backend's cache b
 
 It runs whichever libraries :func:`~spec_decode.backends.llamacpp.library.load` chose (a kernel
 benchmark of another build sets ``LLAMA_CPP_LIB_PATH`` before starting). Flash attention is as in
-the backend (on where the build runs it a row at a time: :func:`~.kernels.ordered_cells`), and
-the micro-batch is the backend's (:data:`~.kernels.MICRO_BATCH`).
+the backend (:func:`~.kernels.flash_attention_type`), and the micro-batch is the backend's
+(:data:`~.kernels.MICRO_BATCH`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from spec_decode.backends.llamacpp.kernels import MICRO_BATCH, init_backend, ordered_cells
+from spec_decode.backends.llamacpp.kernels import MICRO_BATCH, flash_attention_type, init_backend
 from spec_decode.backends.llamacpp.library import llama_cpp
 
 
@@ -46,11 +46,7 @@ class RawContext:
         context.n_ctx = context.n_batch = max(n_ctx, 64)
         context.n_ubatch = min(MICRO_BATCH, context.n_batch)
         context.n_threads = context.n_threads_batch = threads
-        context.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if (ordered_cells() if flash_attention is None else flash_attention)
-            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
+        context.flash_attn_type = flash_attention_type(flash_attention)
         context.no_perf = True
         if eval_callback is not None:
             context.cb_eval = eval_callback
