@@ -161,12 +161,7 @@ class AutoPlanner:
         cap = min(self.k_max, k_max)
         if cap == 0 or trace.target_passes == 0:
             return Plan("", 0)
-        proposals = {
-            name: drafter.propose_tokens(context, cap)
-            for name, drafter in self.drafters.items()
-            if name != self.model
-        }
-        offer = self._offer(context, trace, proposals, cap)
+        offer, proposals = self.offer(context, trace, cap)
         shared = self.share(offer) if self.share is not None else ALONE
         if shared.reading_prompt or len(offer) == 1:  # nothing to draft: a plain pass
             return Plan("", 0, proposals)
@@ -182,14 +177,19 @@ class AutoPlanner:
             best = offer[picks[shared.mine]]
         return Plan(best.drafter, best.rows - 1, proposals)
 
-    def _offer(
-        self, context: list[int], trace: Trace, proposals: Mapping[str, list[int]], cap: int
-    ) -> Offer:
-        """This step's options, the best (alone) for each number of rows, fewest rows first: a
-        plain pass, worth ``1 + margin`` tokens so that drafting must beat it by the margin,
-        every prefix of every deterministic proposal, and the draft model's k = 1..``cap``,
-        whose drafting includes reading what of ``context`` it has not read yet
-        (:meth:`_reading_seconds`)."""
+    def offer(
+        self, context: list[int], trace: Trace, cap: int
+    ) -> tuple[Offer, dict[str, list[int]]]:
+        """This step's options, the best (alone) for each number of rows, fewest rows first,
+        and every deterministic drafter's proposal of at most ``cap`` tokens: a plain pass,
+        worth ``1 + margin`` tokens so that drafting must beat it by the margin, every prefix
+        of every proposal, and the draft model's k = 1..``cap``, whose drafting includes
+        reading what of ``context`` it has not read yet (:meth:`_reading_seconds`)."""
+        proposals = {
+            name: drafter.propose_tokens(context, cap)
+            for name, drafter in self.drafters.items()
+            if name != self.model
+        }
         options = [Option(1, 1.0 + self.margin)]
         for name, proposal in proposals.items():
             survival = copy_survival(
@@ -220,7 +220,7 @@ class AutoPlanner:
             kept = best.get(option.rows)
             if kept is None or option.rate(self.costs.target) > kept.rate(self.costs.target):
                 best[option.rows] = option
-        return tuple(best[rows] for rows in sorted(best))
+        return tuple(best[rows] for rows in sorted(best)), proposals
 
     def _reading_seconds(self, tokens: int) -> float:
         """Seconds the draft model takes to read ``tokens`` tokens (a prompt it has not seen, the
