@@ -133,16 +133,18 @@ def test_a_measurement_that_never_settles_is_kept_with_a_warning(model, caplog):
     assert "busy" in caplog.text and calibration.FIX in caplog.text
 
 
-def test_a_stale_entry_is_not_replaced_by_a_disturbed_measurement(model, caplog):
+def test_a_stale_entry_is_neither_replaced_nor_dropped_for_a_disturbed_measurement(model, caplog):
+    """The stale entry's curve, scaled to the one-token pass timed now, is used instead of the
+    busy machine's; the entry stays, to be checked again next run."""
     key = model_key(model)
     file = store.calibration_file(key)
-    write_entry(
-        file, key, {"seconds": [0.001] * SIZES, "sizes": SIZE_LIST}
-    )  # quiet then, 10x slower now
+    quiet = [0.001 * (1 + n) for n in range(SIZES)]
+    write_entry(file, key, {"seconds": quiet, "sizes": SIZE_LIST})  # quiet then, 10x slower now
     model.delays = [0.0] * 3 + [0.05, 0.05, 0.0] * 1000  # the check, then every attempt busy
     seconds, cached = calibration.pass_seconds("llama.cpp", model)
-    assert not cached and seconds[0] > 0.001 and "stale" in caplog.text and "busy" in caplog.text
-    assert json.loads(file.read_text())["seconds"] == [0.001] * SIZES
+    assert not cached and "stale" in caplog.text and "using the stored curve" in caplog.text
+    assert seconds == pytest.approx([10 * s for s in quiet])  # the quiet shape, at today's pace
+    assert json.loads(file.read_text())["seconds"] == quiet
 
 
 def test_a_calibration_that_cannot_be_stored_is_used_and_reported(model, monkeypatch, caplog):

@@ -28,8 +28,9 @@ A curve decides every step of every later run, so it is never trusted blindly:
 * Re-validated on use, cheaply: before a cached curve is used, one-token passes are timed
   (:func:`time_one_token`, a few passes); one that disagrees with the cache by more than
   :data:`STALE_FACTOR` either way means the cache is stale (measured while the machine was busy,
-  or before it changed), and the model is measured again. :func:`revalidate` is the same check
-  for a caller that times its own passes (a server's warm-up).
+  or before it changed), and the model is measured again; if that measurement is disturbed too,
+  the cached curve scaled to the pass timed now is used for this run. :func:`revalidate` is the
+  same check for a caller that times its own passes (a server's warm-up).
 """
 
 from __future__ import annotations
@@ -267,15 +268,18 @@ def pass_seconds(
 
     Uses the cached entry for :func:`model_identity` when it holds those sizes,
     ``recalibrate`` is False and (with ``check``) a one-token pass timed now agrees with it
-    (once per process and file); otherwise measures (:func:`measure_quietly`) and stores it,
-    except that a disturbed measurement does not replace a valid entry found stale (the machine
-    may be busy only now: the entry is checked again on the next run).
+    (once per process and file); otherwise measures (:func:`measure_quietly`) and stores it.
+    A disturbed measurement does not replace a valid entry found stale (the machine may be busy
+    only now: the entry is checked again on the next run), nor is it used: the entry's curve,
+    measured quietly, scaled to the one-token pass timed now, is. A busy machine's curve holds
+    its bursts (a 16-token pass timed at 40 one-token passes), and a planner that read it would
+    misjudge every block until the server restarts.
     """
     max_block = longest_block(model) if max_block is None else max_block
     key = model_identity(backend, model)
     file = calibration_file(key)
     cached = None if recalibrate else cached_seconds(key, max_block)
-    stale = False
+    stale: list[float] | None = None  # the valid entry found stale, scaled to now
     if cached is not None and check and file not in _revalidated:
         now = time_one_token(model)
         if disagrees(cached[0], now):
@@ -286,7 +290,7 @@ def pass_seconds(
                 1e3 * now,
                 1e3 * cached[0],
             )
-            cached, stale = None, True
+            cached, stale = None, [s * now / cached[0] for s in cached]
     if cached is not None:
         _revalidated.add(file)
         return cached, True
@@ -295,15 +299,16 @@ def pass_seconds(
     if noise > NOISY_SPREAD:
         log.warning(
             "the machine was busy while %s was measured (repetitions %.0f%% apart, or longer "
-            "passes timed cheaper than shorter ones, after %d attempts); the curve may be off: "
-            "run %s when it is quiet",
+            "passes timed cheaper than shorter ones, after %d attempts); %s: run %s when it is "
+            "quiet",
             key["model"],
             100 * noise,
             ATTEMPTS,
+            "using the stored curve scaled to now" if stale else "the curve may be off",
             FIX,
         )
-        if stale:
-            return seconds, False  # this run uses it; the cached entry is checked next run
+        if stale is not None:
+            return stale, False  # the cached entry is checked again next run
     entry = {
         "format": FORMAT,
         "identity": key,
