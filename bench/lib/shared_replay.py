@@ -34,7 +34,7 @@ from spec_decode.core.checks import leading_matches
 from spec_decode.core.trace import Step, Trace
 from spec_decode.drafting.auto import AutoPlanner, auto_planner
 from spec_decode.drafting.costs import CostCurve
-from spec_decode.drafting.shared_call import Offer, Option, joint_plan
+from spec_decode.drafting.shared_call import Offer, Option, SharedCall
 from spec_decode.drafting.suffix import SuffixHistory
 
 PLANS = ("target-only", "planner", "hindsight")
@@ -115,7 +115,7 @@ def replay_shared(
             running.append(_Running(prompt, answer, planner))
         decoding = [r for r in running if not r.reading]
         offers = [r.offer() for r in decoding]
-        blocks = _blocks(decoding, offers, costs, plan, reading=len(decoding) < len(running))
+        blocks = _blocks(decoding, offers, plan, reading=len(decoding) < len(running))
         posts = [(False, rows) for rows in blocks] + [
             (True, len(r.prompt) - r.read) for r in running if r.reading
         ]
@@ -150,19 +150,18 @@ def replay_shared(
 def _blocks(
     decoding: list[_Running],
     offers: list[tuple[Offer, dict[str, list[int]]]],
-    costs: CostCurve,
     plan: str,
     reading: bool,
 ) -> list[int]:
-    """Each decoding request's rows this step: one while a prompt is read or target-only, else
-    its option of the joint plan over the offers (valued truly in hindsight)."""
-    if plan == "target-only" or reading or not decoding:
+    """Each decoding request's rows this step: one where target-only, else the option its
+    planner chooses (:meth:`AutoPlanner.choose`) among everyone's offers, this step's, in one
+    call on a unified cache (valued truly in hindsight)."""
+    if plan == "target-only":
         return [1] * len(decoding)
-    chosen = [offer for offer, _ in offers]
+    chosen = tuple(offer for offer, _ in offers)
     if plan == "hindsight":
-        chosen = [r.truly(o, p) for r, (o, p) in zip(decoding, offers, strict=True)]
-    if len(chosen) == 1:  # alone: the best rate, ties to fewer rows, as the planner
-        best = max(chosen[0], key=lambda o: (o.rate(costs.target), -o.rows))
-        return [best.rows]
-    picks = joint_plan(costs, chosen, BUDGET, (), one_pass=True)
-    return [offer[p].rows for offer, p in zip(chosen, picks, strict=True)]
+        chosen = tuple(r.truly(o, p) for r, (o, p) in zip(decoding, offers, strict=True))
+    return [
+        r.planner.choose(chosen[i], SharedCall(chosen, i, reading, BUDGET, (), one_pass=True)).rows
+        for i, r in enumerate(decoding)
+    ]

@@ -162,20 +162,26 @@ class AutoPlanner:
         if cap == 0 or trace.target_passes == 0:
             return Plan("", 0)
         offer, proposals = self.offer(context, trace, cap)
-        shared = self.share(offer) if self.share is not None else ALONE
-        if shared.reading_prompt or len(offer) == 1:  # nothing to draft: a plain pass
-            return Plan("", 0, proposals)
-        if shared.alone:
-            best = offer[0]  # ties go to the option with fewer rows
-            for option in offer[1:]:
-                if option.rate(self.costs.target) > best.rate(self.costs.target):
-                    best = option
-        else:
+        best = self.choose(offer, self.share(offer) if self.share is not None else ALONE)
+        return Plan(best.drafter, best.rows - 1, proposals)
+
+    def choose(self, offer: Offer, shared: SharedCall) -> Option:
+        """The option of ``offer`` (this request's, in ``shared``) to feed the next call: the
+        plain pass (its first option) while a request reads its prompt or when there is nothing
+        to draft; alone, the best rate (ties to fewer rows); beside others, this request's part
+        of the whole call's best plan."""
+        if shared.reading_prompt or len(offer) == 1:
+            return offer[0]
+        if not shared.alone:
             picks = joint_plan(
                 self.costs, shared.offers, shared.budget, shared.seqs, shared.one_pass
             )
-            best = offer[picks[shared.mine]]
-        return Plan(best.drafter, best.rows - 1, proposals)
+            return offer[picks[shared.mine]]
+        best = offer[0]  # ties go to the option with fewer rows
+        for option in offer[1:]:
+            if option.rate(self.costs.target) > best.rate(self.costs.target):
+                best = option
+        return best
 
     def offer(
         self, context: list[int], trace: Trace, cap: int
