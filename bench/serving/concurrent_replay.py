@@ -128,7 +128,7 @@ def main() -> None:
             print(f"{clients} clients, seed {seed}: "
                   + ", ".join(f"{p} {r.rate:.1f} tok/s" for p, r in replays.items()))  # fmt: skip
         by_clients[str(clients)] = {plan: quantiles(v) for plan, v in ratios.items()} | {
-            "target_rate": sorted(rates)[len(rates) // 2]
+            "target_rate": quantiles(rates)["median"]
         }
     results = {
         "machine": info,

@@ -304,7 +304,7 @@ def pass_seconds(
             key["model"],
             100 * noise,
             ATTEMPTS,
-            "using the stored curve scaled to now" if stale else "the curve may be off",
+            "using the stored curve scaled to now" if stale is not None else "the curve may be off",
             FIX,
         )
         if stale is not None:
