@@ -1,13 +1,14 @@
 """Bitwise rows of calls several requests share, on the packaged target (or any GGUF).
 
-Streams of random tokens (``--streams`` of 60 to 160 tokens) are fed on sequences of one
-llama.cpp context, cells of their own per sequence as the server's slots have them, each call
-taking 0 to ``--most`` next tokens of each stream in a random order of sequences (prompt chunks
-and verification blocks alike; 4 x 16 keeps a call within the slots' 64-token budget), and every
-row is compared bitwise with the stream's rows on a context of its own (target-only decoding's
-calls): :func:`spec_decode.backends.llamacpp.exact_rows.shared_call_mismatches`. One schedule per
-``--seeds``, then the negative control: the first seed's schedule on a unified cache, where
-other sequences' cells change the order of attention's sums.
+Streams of random tokens (``--streams`` of 60 to 160 tokens) are fed on sequences of one unified
+llama.cpp cache, as the server's slots share one, each call taking 0 to ``--most`` next tokens of
+each stream in a random order of sequences (prompt chunks and verification blocks alike; 4 x 16
+keeps a call within the slots' 64-token budget), and every row is compared bitwise with the
+stream's rows on a context of its own (target-only decoding's calls):
+:func:`spec_decode.backends.llamacpp.exact_rows.shared_call_mismatches`. One schedule per
+``--seeds``, then the negative control: the first seed's schedule with flash attention off, where
+attention sums over every cell of the cache, other sequences' included (masked), in an order
+they change.
 
     python bench/kernels/shared_calls.py --out bench/results/shared_calls.json
 """
@@ -39,7 +40,7 @@ def main() -> None:
     vocab = _vocab_size(model)
     runs = []
     seeds = [int(s) for s in args.seeds.split(",")]
-    for seed, unified in [*((s, False) for s in seeds), (seeds[0], True)]:
+    for seed, flash_attention in [*((s, None) for s in seeds), (seeds[0], False)]:
         rng = np.random.default_rng(1000 + seed)
         streams = [
             rng.integers(3, vocab, size=int(rng.integers(60, 161))).tolist()
@@ -47,11 +48,17 @@ def main() -> None:
         ]
         started = time.perf_counter()
         differing = shared_call_mismatches(
-            model, streams, seed, most=args.most, unified=unified, threads=args.threads
+            model,
+            streams,
+            seed,
+            most=args.most,
+            unified=True,
+            threads=args.threads,
+            flash_attention=flash_attention,
         )
         runs.append({
             "seed": seed,
-            "cache": "unified" if unified else "cells per sequence",
+            "attention": "flash, as the server" if flash_attention is None else "flash off",
             "rows": [len(s) for s in streams],
             "differing_rows": [len(d) for d in differing],
             "seconds": round(time.perf_counter() - started, 1),
