@@ -49,15 +49,17 @@ class ToyScorer:
 
 
 def test_an_exact_scorer_keeps_the_claim_after_a_short_check() -> None:
-    """Two one-token rows and a block where each kernel starts: six calls, the longest 16
+    """Two one-token rows and a block where each kernel starts: seven calls, the longest 16
     tokens (longer blocks take its loops; the per-type tests check them up to 64)."""
     scorer = ToyScorer()
     size, checked, differed = checked_block_size(scorer, claim=64, n_vocab=VOCAB)
     assert (size, differed) == (64, None)
-    assert checked == (2, 4, 8, 16) and scorer.calls == 6
+    assert checked == (2, 3, 4, 8, 16) and scorer.calls == 7
 
 
-@pytest.mark.parametrize(("breaks_from", "expected"), [(16, 8), (8, 4), (5, 4), (4, 2), (2, 1)])
+@pytest.mark.parametrize(
+    ("breaks_from", "expected"), [(16, 8), (8, 4), (5, 4), (4, 3), (3, 2), (2, 1)]
+)
 def test_the_check_catches_rows_that_differ_by_one_ulp(breaks_from: int, expected: int) -> None:
     """The negative control: a scorer whose blocks of ``breaks_from`` tokens or more are one ulp
     off gets the largest size checked below, and the check names the size that differed."""
@@ -68,7 +70,7 @@ def test_the_check_catches_rows_that_differ_by_one_ulp(breaks_from: int, expecte
 
 @pytest.mark.parametrize("repacked", sorted(X86_REPACKED_TYPES))
 def test_the_ladder_checks_the_repacked_loops_where_a_type_may_be_repacked(repacked: str) -> None:
-    assert check_ladder(["F32", repacked, "Q6_K"], AVX2_FLAGS) == (2, 4, 8, 16)
+    assert check_ladder(["F32", repacked, "Q6_K"], AVX2_FLAGS) == (2, 3, 4, 8, 16)
 
 
 def test_the_ladder_skips_the_repacked_loops_where_nothing_is_repacked() -> None:
@@ -82,8 +84,8 @@ def test_the_ladder_skips_the_repacked_loops_where_nothing_is_repacked() -> None
 
 def test_the_ladder_keeps_every_rung_off_x86() -> None:
     """Elsewhere (an ARM CPU's flags, or none read) llama.cpp repacks other types: check all."""
-    assert check_ladder(["F32", "Q6_K"], frozenset({"asimd", "sve"})) == (2, 4, 8, 16)
-    assert check_ladder(["BF16"], frozenset()) == (2, 4, 8, 16)
+    assert check_ladder(["F32", "Q6_K"], frozenset({"asimd", "sve"})) == (2, 3, 4, 8, 16)
+    assert check_ladder(["BF16"], frozenset()) == (2, 3, 4, 8, 16)
 
 
 def test_a_claim_of_one_checks_nothing() -> None:
@@ -101,10 +103,10 @@ def test_the_claim_follows_the_weight_types() -> None:
 
 
 def test_why_names_the_reason() -> None:
-    covered = ExactRows(64, 64, ("F32", "Q4_K"), (), (2, 4, 8, 16), None)
+    covered = ExactRows(64, 64, ("F32", "Q4_K"), (), (2, 3, 4, 8, 16), None)
     assert not covered.reduced
     assert covered.why == (
-        "blocks of up to 64 tokens exact (checked bitwise on this model: 2, 4, 8, 16; longer "
+        "blocks of up to 64 tokens exact (checked bitwise on this model: 2, 3, 4, 8, 16; longer "
         "blocks take the 16-token block's kernels)"
     )
     uncovered = ExactRows(4, 64, ("F32", "IQ2_XXS"), ("IQ2_XXS",), (2, 4), None)

@@ -54,11 +54,12 @@ COVERED_TYPES = frozenset(
 #: type takes its one-row kernel, so short blocks may hold; the check says how many do.
 UNCOVERED_BLOCK = 4
 #: Block sizes checked on the way up to the claim, one for each kernel a call of that many rows
-#: takes here (x86): below 4 rows the one-row kernels (the repacked types' GEMV), from 4 the
-#: repacked GEMM's 4-row loop, from 8 the tiled kernels, from 16 the repacked GEMM's 16-row loop.
-_LADDER = (2, 4, 8, 16)
-#: The rungs of the repacked GEMM's loops, checked only where a weight type may be repacked.
-_REPACKED_RUNGS = (4, 16)
+#: takes here (x86): below 4 rows the one-row kernels (the repacked types' GEMV; on AVX-512 VNNI
+#: the patch's Q4_K kernel scores 2 and 3 rows in passes of their own), from 4 the repacked
+#: GEMM's 4-row loop, from 8 the tiled kernels, from 16 the repacked GEMM's 16-row loop.
+_LADDER = (2, 3, 4, 8, 16)
+#: The rungs of the repacked kernels' loops, checked only where a weight type may be repacked.
+_REPACKED_RUNGS = (3, 4, 16)
 #: Weight types llama.cpp repacks for its GEMM on x86 (``ggml-cpu/repack.cpp``: Q4_0, Q4_K, IQ4_NL
 #: and MXFP4 from AVX2, Q2_K from AVX-512); other architectures repack more types.
 X86_REPACKED_TYPES = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4", "Q2_K"})
