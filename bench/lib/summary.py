@@ -85,6 +85,28 @@ def _aider(results: dict[str, Any]) -> list[Row]:
     )]  # fmt: skip
 
 
+def _concurrent(results: dict[str, Any]) -> list[Row]:
+    """Four clients at once (or the most clients measured up to four): aggregate tokens a
+    second against llama-server's slots with its own speculation."""
+    machine, date = _where(results)
+    ours, theirs = (results["summary"][v] for v in ("ours default", "llama-server ngram-simple"))
+    clients = max(int(c) for c in ours if int(c) <= 4)
+    mine, anchor = ours[str(clients)], theirs[str(clients)]
+    same = sum(mine["identity"][s]["same"] for s in ("greedy", "seeded"))
+    total = sum(mine["identity"][s]["total"] for s in ("greedy", "seeded"))
+    rate, base = mine["tokens_per_second"], anchor["tokens_per_second"]
+    setup = results["setup"]
+    command = (
+        "python bench/serving/concurrent_users.py --llama-server PATH --seed "
+        f"{setup['seed']} --tokens {setup['tokens']}{' --ignore-eos' * setup['ignore_eos']}"
+    )
+    return [(
+        f"{clients} users at once, served (answers bitwise their solo answers: {same}/{total})",
+        f"{rate:.1f} tok/s", f"llama-server `-np 4` ngram-simple {base:.1f} tok/s",
+        f"**{rate / base:.2f}x**", machine, date, f"`{command}`",
+    )]  # fmt: skip
+
+
 def _audits(results: dict[str, Any]) -> list[Row]:
     machine, date = _where(results)
     rows = []
@@ -111,7 +133,7 @@ def _gpu(results: dict[str, Any]) -> list[Row]:
 
 #: Each canonical result that feeds the table, and how its rows are read.
 SOURCES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
-    "serve": _serve, "agent_session": _agent, "aider_edit": _aider,
+    "serve": _serve, "concurrent": _concurrent, "agent_session": _agent, "aider_edit": _aider,
     "real_engine_audits": _audits, "gpu_exactness": _gpu,
 }  # fmt: skip
 
