@@ -2,7 +2,8 @@
 (Llama architecture, 2 layers, width 256, 512-token vocabulary), written with
 ``gguf.GGUFWriter`` from random blocks: Q4_K projections (repacked 8x8 on AVX2: the one-row GEMV
 and the 4-row GEMM), Q6_K ``attn_v``, ``ffn_down`` (layer 0) and output (the vec_dot below 8
-rows, the tiled kernel from 8). gguf-py has no K-quant quantizer; random blocks with moderate
+rows, the tiled kernel from 8; on AVX-512 VNNI the 1-4-row kernel below 48, the tiled one from
+48). gguf-py has no K-quant quantizer; random blocks with moderate
 scales are valid weights all the same. ``projection`` makes the projections another type: Q5_K,
 Q3_K, IQ4_XS (vec_dot below 8 rows, the tiled kernel from 8) and Q2_K (repacked on AVX-512), the
 types gguf-py quantizes itself (Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, F16, BF16: random weights

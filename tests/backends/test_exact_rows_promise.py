@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spec_decode.backends.llamacpp.gguf_header import fingerprint, weight_types
-from spec_decode.backends.llamacpp.isa import AVX2_FLAGS
+from spec_decode.backends.llamacpp.isa import AVX2_FLAGS, AVX512_FLAGS, AVX512_VNNI_FLAG
 from spec_decode.backends.llamacpp.promise import (
     COVERED_TYPES,
     UNCOVERED_BLOCK,
@@ -80,6 +80,16 @@ def test_the_ladder_skips_the_repacked_loops_where_nothing_is_repacked() -> None
     scorer = ToyScorer()
     assert checked_block_size(scorer, 64, VOCAB, check_ladder(["BF16"], AVX2_FLAGS))[1] == (2, 8)
     assert scorer.calls == 4
+
+
+def test_the_ladder_checks_the_q6_k_kernel_where_it_runs() -> None:
+    """On AVX-512 VNNI the patch's Q6_K kernel scores 1-4 rows in passes of their own, and the
+    tiled kernel takes Q6_K from 48 rows: those rungs are checked where a model has Q6_K."""
+    vnni = AVX2_FLAGS | AVX512_FLAGS | {AVX512_VNNI_FLAG}
+    assert check_ladder(["F32", "Q5_K", "Q6_K"], vnni) == (2, 3, 4, 8, 48)
+    assert check_ladder(["F32", "Q4_K", "Q6_K"], vnni) == (2, 3, 4, 8, 16, 48)
+    assert check_ladder(["F32", "Q5_K"], vnni) == (2, 8)
+    assert check_ladder(["F32", "Q5_K", "Q6_K"], AVX2_FLAGS | AVX512_FLAGS) == (2, 8)
 
 
 def test_the_ladder_keeps_every_rung_off_x86() -> None:

@@ -33,7 +33,7 @@ import numpy as np
 from spec_decode.backends.cache import atomic_write_text, cache_root
 from spec_decode.backends.llamacpp.exact_rows import bitwise_equal_rows
 from spec_decode.backends.llamacpp.gguf_header import fingerprint, weight_types
-from spec_decode.backends.llamacpp.isa import cpu_flags, isa_level
+from spec_decode.backends.llamacpp.isa import AVX512_FLAGS, AVX512_VNNI_FLAG, cpu_flags, isa_level
 from spec_decode.backends.llamacpp.kernels import (
     build_identity,
     exact_block_size,
@@ -60,6 +60,10 @@ UNCOVERED_BLOCK = 4
 _LADDER = (2, 3, 4, 8, 16)
 #: The rungs of the repacked kernels' loops, checked only where a weight type may be repacked.
 _REPACKED_RUNGS = (3, 4, 16)
+#: The rungs of the patch's Q6_K kernel on AVX-512 VNNI, checked where a model has Q6_K weights:
+#: it scores 1, 2, 3 or 4 rows in passes of their own below 48 rows, the tiled kernel from 48.
+_Q6_K_VNNI_RUNGS = (3, 4, 48)
+_Q6_K_VNNI_FLAGS = AVX512_FLAGS | {AVX512_VNNI_FLAG}
 #: Weight types llama.cpp repacks for its GEMM on x86 (``ggml-cpu/repack.cpp``: Q4_0, Q4_K, IQ4_NL
 #: and MXFP4 from AVX2, Q2_K from AVX-512); other architectures repack more types.
 X86_REPACKED_TYPES = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4", "Q2_K"})
@@ -128,10 +132,13 @@ def claimed_block_size(types: Sequence[str], build_size: int, patched: bool) -> 
 def check_ladder(types: Sequence[str], flags: frozenset[str]) -> tuple[int, ...]:
     """The block sizes to check for a model of weight ``types`` on a CPU with ``flags``: the
     repacked GEMM's rungs only where one of the types may be repacked, every rung off x86 (or
-    without AVX2), where the repacking rules differ."""
-    if isa_level(flags) is None or set(types) & X86_REPACKED_TYPES:
-        return _LADDER
-    return tuple(size for size in _LADDER if size not in _REPACKED_RUNGS)
+    without AVX2), where the repacking rules differ; the Q6_K kernel's where it runs."""
+    rungs = set(_LADDER)
+    if isa_level(flags) is not None and not set(types) & X86_REPACKED_TYPES:
+        rungs -= set(_REPACKED_RUNGS)
+    if "Q6_K" in types and flags >= _Q6_K_VNNI_FLAGS:
+        rungs |= set(_Q6_K_VNNI_RUNGS)
+    return tuple(sorted(rungs))
 
 
 #: ``decode(tokens, first_position)``: logits of every row of ``tokens`` fed in ONE call at
@@ -208,7 +215,7 @@ def _cache_key(path: Path, flags: frozenset[str]) -> str:
     )
     check = (
         f"ladder {_LADDER}, {_REPACKED_RUNGS} where {sorted(X86_REPACKED_TYPES)} on x86, "
-        f"rows {_COMPARED_ROWS} of all computed"
+        f"{_Q6_K_VNNI_RUNGS} for Q6_K on AVX-512 VNNI, rows {_COMPARED_ROWS} of all computed"
     )
     parts = [fingerprint(path), build_identity(), *libraries, " ".join(sorted(flags)), check]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
