@@ -39,6 +39,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--context", type=int, default=48, help="cached tokens before each block")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument(
+        "--flash-attn",
+        choices=("off", "on"),
+        default="off",
+        help="on: flash attention, as spec-decode's backend runs on the exact-rows build",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if "1" not in args.blocks.split(","):
@@ -63,6 +69,7 @@ def measure(args: argparse.Namespace, label: str, lib: str, round_: int) -> dict
         "--threads": str(args.threads),
         "--label": label,
         "--clock": args.clock,
+        "--flash-attn": args.flash_attn,
     }
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
         started = time.time()
@@ -132,6 +139,7 @@ def main() -> None:
         "context": args.context,
         "reps": args.reps,
         "clock": args.clock,
+        "flash_attn": args.flash_attn,
         "rounds": rounds,
         "summary": summary,
         "minimum_over_all_reps_s": minima,

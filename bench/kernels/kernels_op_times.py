@@ -69,7 +69,8 @@ def main() -> None:
     args = ap.parse_args()
 
     clock = OpClock()
-    raw = RawContext(args.model, threads=args.threads, eval_callback=clock.cb)
+    cells = args.context + args.block
+    raw = RawContext(args.model, n_ctx=cells, threads=args.threads, eval_callback=clock.cb)
     tokens = np.random.default_rng(0).integers(100, 30000, args.context + args.block).tolist()
     raw.decode(tokens[: args.context], 0)
     totals = []
