@@ -1,6 +1,8 @@
 """A draft is used only where it fits the target: the default draft beside a target of another
 vocabulary is set aside with a note and the engine drafts from the prompt; a draft the user named
-is refused (``ValueError``: the CLI's exit 2)."""
+is refused (``ValueError``: the CLI's exit 2). Under the auto policy a draft too dear to pay on
+this machine is set aside too, with a note.
+"""
 
 from __future__ import annotations
 
@@ -35,3 +37,26 @@ def test_an_unnamed_draft_of_another_vocabulary_is_set_aside(tiny_pair, json_pai
 def test_a_named_draft_of_another_vocabulary_is_refused(tiny_pair, json_pair):
     with pytest.raises(ValueError, match="vocabularies differ"):
         Engine.load(config(tiny_pair, json_pair, named=True))
+
+
+@pytest.mark.parametrize("draft_seconds, kept", [(0.5, False), (1e-6, True)])
+def test_a_draft_measured_too_dear_to_pay_is_set_aside(tiny_pair, monkeypatch, draft_seconds, kept):
+    """Under the auto policy a draft loaded because its cached cost was unknown (or not
+    believed) is timed; where no block it could draft pays on the curve, it is closed, its
+    options never planned, with a note."""
+    from spec_decode.drafting.costs import CostCurve
+    from spec_decode.serving import loader
+
+    curve = CostCurve.from_passes([0.01 * (1 + 0.1 * n) for n in range(64)])
+    monkeypatch.setattr(loader, "cost_curve", lambda backend, model: curve)
+    monkeypatch.setattr(loader, "draft_may_pay", lambda *args: True)
+    monkeypatch.setattr(loader, "pass_seconds", lambda *a, **kw: ([draft_seconds], False))
+    target, draft = tiny_pair
+    engine = Engine.load(EngineConfig(target=str(target), draft=str(draft), threads=1))
+    try:
+        assert (engine.draft is not None) is kept
+        assert any("not used" in note for note in engine.notes) is not kept
+        completion = engine.generate(engine.prepare("ab", max_tokens=8, raw=True))
+        assert len(completion.tokens) == 8
+    finally:
+        engine.close()

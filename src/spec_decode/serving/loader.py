@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from spec_decode.backends.calibration import cost_curve, pass_seconds
 from spec_decode.backends.loading import Loaded, check_pair
+from spec_decode.drafting.auto import draft_model_can_pay
 from spec_decode.drafting.costs import CostCurve
 from spec_decode.serving.config import LOOKUP, NO_DRAFT, EngineConfig, default_k, draft_may_pay
 
@@ -27,8 +28,9 @@ class LoadedModels:
 
 def load_models(config: EngineConfig) -> LoadedModels:
     """Load the target, read (or measure) the cost curve, and load the draft model unless the
-    auto policy could never choose it on this machine (``ValueError`` or
-    ``FileNotFoundError`` for a bad model or combination)."""
+    auto policy could never choose it on this machine, judged from its cached cost before
+    loading and from its cost measured after (``ValueError`` or ``FileNotFoundError`` for a bad
+    model or combination). A draft kept would cost every step the planning of its options."""
     backend = config.checked_backend()
     slots = config.parallel if backend == "llama.cpp" and config.tree is None else 1
     target = config.load(backend, config.target, config.target_weights, slots)
@@ -43,8 +45,24 @@ def load_models(config: EngineConfig) -> LoadedModels:
         draft, config, notes = _fitting_draft(config, target, draft)
     if draft is not None and costs is not None:
         seconds = pass_seconds(backend, draft.model, max_block=1)[0][0]
-        costs = dataclasses.replace(costs, draft_seconds=seconds)
+        if draft_model_can_pay(costs, seconds, k):
+            costs = dataclasses.replace(costs, draft_seconds=seconds)
+        else:  # measured now (the cached cost was not believed): set aside, as if never loaded
+            _close(draft)
+            draft = None
+            notes = (
+                *notes,
+                f"draft {config.draft} not used: a token of it costs {1e3 * seconds:.1f} ms, "
+                f"{seconds / costs.target(1):.2f} target passes, and no block it drafts pays on "
+                "this machine",
+            )
     return LoadedModels(config, target, draft, costs, k, notes)
+
+
+def _close(draft: Loaded) -> None:
+    """Free the draft's llama.cpp contexts (one per distinct model object of its slots)."""
+    for model in {id(m): m for m in draft.slots}.values():
+        getattr(model, "close", lambda: None)()
 
 
 def _fitting_draft(
@@ -57,8 +75,7 @@ def _fitting_draft(
     except ValueError as error:
         if config.draft_named:
             raise
-        for model in {id(m): m for m in draft.slots}.values():
-            getattr(model, "close", lambda: None)()
+        _close(draft)
         note = f"draft {config.draft} not used ({error}); drafting from the prompt instead"
         return None, dataclasses.replace(config, draft=LOOKUP), (note,)
     return draft, config, ()
