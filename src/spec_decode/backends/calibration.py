@@ -29,8 +29,7 @@ A curve decides every step of every later run, so it is never trusted blindly:
   (:func:`time_one_token`, a few passes); one that disagrees with the cache by more than
   :data:`STALE_FACTOR` either way means the cache is stale (measured while the machine was busy,
   or before it changed), and the model is measured again; if that measurement is disturbed too,
-  the cached curve scaled to the pass timed now is used for this run. :func:`revalidate` is the
-  same check for a caller that times its own passes (a server's warm-up).
+  the cached curve scaled to the pass timed now is used for this run.
 """
 
 from __future__ import annotations
@@ -161,31 +160,6 @@ def disagrees(cached_seconds: float, measured_seconds: float, factor: float = ST
     if not (measured_seconds > 0 and cached_seconds > 0):
         return True
     return not 1 / factor <= measured_seconds / cached_seconds <= factor
-
-
-def revalidate(
-    curve: CostCurve,
-    one_token_seconds: float,
-    draft_token_seconds: float | None = None,
-    factor: float = STALE_FACTOR,
-) -> str | None:
-    """None when passes timed now agree with ``curve`` (within ``factor``); otherwise what
-    disagrees and the command that measures the curve again."""
-    problems = []
-    if disagrees(curve.target(1), one_token_seconds, factor):
-        problems.append(
-            f"a target pass takes {1e3 * one_token_seconds:.1f} ms now, "
-            f"{1e3 * curve.target(1):.1f} ms in the calibration"
-        )
-    draft = curve.draft_seconds
-    now = draft_token_seconds
-    if now is not None and draft is not None and disagrees(draft, now, factor):
-        problems.append(
-            f"a draft token takes {1e3 * now:.1f} ms now, {1e3 * draft:.1f} ms in the calibration"
-        )
-    if not problems:
-        return None
-    return f"the cached cost curve is stale ({'; '.join(problems)}); run: {FIX}"
 
 
 def _time_passes(model: Model, max_block: int, repetitions: int) -> list[list[float]]:
