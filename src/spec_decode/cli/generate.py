@@ -277,7 +277,7 @@ def _print_summary(payload: dict[str, object], runs: dict[str, Completion]) -> N
     model_draft = payload["drafting"] not in (LOOKUP, NO_DRAFT)
     if payload["policy"] == "auto" and model_draft and not payload["draft_loaded"]:
         console.print(
-            "draft model not loaded: on this machine's calibrated costs it cannot pay even "
+            "draft model not used: on this machine's calibrated costs it cannot pay even "
             "with every draft accepted (auto drafts from prompt lookup and suffixes only)"
         )
     if "speedup" in payload:

@@ -50,12 +50,6 @@ def load_models(config: EngineConfig) -> LoadedModels:
         else:  # measured now (the cached cost was not believed): set aside, as if never loaded
             _close(draft)
             draft = None
-            notes = (
-                *notes,
-                f"draft {config.draft} not used: a token of it costs {1e3 * seconds:.1f} ms, "
-                f"{seconds / costs.target(1):.2f} target passes, and no block it drafts pays on "
-                "this machine",
-            )
     return LoadedModels(config, target, draft, costs, k, notes)
 
 
