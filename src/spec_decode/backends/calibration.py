@@ -221,7 +221,9 @@ def cached_draft_seconds(key: dict[str, object], curve: CostCurve) -> float | No
     and measure). A draft that costs more than a one-token target pass is not believed: a draft
     is the smaller model, and such a figure is what a busy machine leaves behind, which the
     auto policy would otherwise take as a reason never to load the draft, and so never to
-    measure it again."""
+    measure it again. A draft really that dear (the packaged one on the exact-rows build, its
+    Q5_0 and Q8_0 weights on tinyBLAS at one row) is therefore loaded and timed at every start,
+    then set aside (:func:`~spec_decode.serving.loader.load_models`)."""
     seconds = cached_seconds(key)
     if seconds is None or seconds[0] > curve.target(1):
         return None
